@@ -1,0 +1,2 @@
+//! Benchmarks and the pass-ablation harness. Not built yet: they arrive with the benchmarks
+//! issue.

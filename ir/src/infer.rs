@@ -1,0 +1,383 @@
+//! Type inference: the one place that knows each op's typing rule. The graph builder uses it
+//! to type new nodes and the verifier to check declared types against it.
+
+use crate::dtype::DType;
+use crate::op::{Activation, ElementwiseExpr, ExprNode, Literal, Op, ReduceOp, UnaryOp};
+use crate::shape::{Dim, Shape, TensorType, broadcast_shapes, broadcasts_to, is_identifier};
+
+/// Why an op cannot be typed; the caller adds the node and its provenance.
+pub type Reason = String;
+
+/// The result type of `op` applied to operands of types `args`. `declared` is the node's
+/// declared type, which source ops (`input`, `param`, `const`, `iota`) take as theirs.
+pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<TensorType, Reason> {
+    let (lo, hi) = op.arity();
+    if args.len() < lo || args.len() > hi {
+        return Err(arity_reason(op, lo, hi, args.len()));
+    }
+    match op {
+        Op::Input { name } | Op::Param { name } => {
+            if name.is_empty() {
+                return Err("name must not be empty".into());
+            }
+            check_shape_symbols(&declared.shape)?;
+            Ok(declared.clone())
+        }
+        Op::Constant { value } => infer_constant(value, declared),
+        Op::Iota { axis } => {
+            check_axis(*axis, declared.rank())?;
+            check_shape_symbols(&declared.shape)?;
+            if declared.dtype == DType::Bool {
+                return Err("iota cannot produce bool".into());
+            }
+            Ok(declared.clone())
+        }
+        Op::Unary(u) => {
+            let x = args[0];
+            check_unary_dtype(*u, x.dtype)?;
+            Ok(x.clone())
+        }
+        Op::Binary(b) => {
+            let (x, y) = (args[0], args[1]);
+            same_dtype(x, y)?;
+            if b.is_comparison() {
+                if x.dtype == DType::Bool && !matches!(b, crate::op::BinaryOp::Eq | crate::op::BinaryOp::Ne) {
+                    return Err(format!("`{}` needs numbers, found bool", b.name()));
+                }
+            } else {
+                numeric(x.dtype, b.name())?;
+                if *b == crate::op::BinaryOp::Pow && !x.dtype.is_float() {
+                    return Err(format!("`pow` needs floats, found {}", x.dtype));
+                }
+            }
+            let shape = broadcast(&x.shape, &y.shape)?;
+            let dtype = if b.is_comparison() { DType::Bool } else { x.dtype };
+            Ok(TensorType { dtype, shape })
+        }
+        Op::Where => {
+            let (c, a, b) = (args[0], args[1], args[2]);
+            if c.dtype != DType::Bool {
+                return Err(format!("condition must be bool, found {}", c.dtype));
+            }
+            same_dtype(a, b)?;
+            let shape = broadcast(&broadcast(&c.shape, &a.shape)?, &b.shape)?;
+            Ok(TensorType { dtype: a.dtype, shape })
+        }
+        Op::Cast { to } => Ok(TensorType { dtype: *to, shape: args[0].shape.clone() }),
+        Op::Reduce { op: r, axes, keepdim } => infer_reduce(*r, axes, *keepdim, args[0]),
+        Op::MatMul => infer_matmul(args[0], args[1]),
+        Op::Reshape { shape } => {
+            check_shape_symbols(shape)?;
+            let (from, to) = (args[0].shape.numel(), shape.numel());
+            if from.is_none() || to.is_none() || from != to {
+                return Err(format!("cannot reshape {} to {}: element counts differ", args[0].shape, shape));
+            }
+            Ok(TensorType { dtype: args[0].dtype, shape: shape.clone() })
+        }
+        Op::Permute { perm } => {
+            let x = args[0];
+            let mut seen = vec![false; x.rank()];
+            if perm.len() != x.rank() || perm.iter().any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true)) {
+                return Err(format!("{perm:?} is not a permutation of the {} axes of {}", x.rank(), x.shape));
+            }
+            let shape = Shape(perm.iter().map(|&p| x.shape.0[p].clone()).collect());
+            Ok(TensorType { dtype: x.dtype, shape })
+        }
+        Op::BroadcastTo { shape } => {
+            check_shape_symbols(shape)?;
+            if !broadcasts_to(&args[0].shape, shape) {
+                return Err(format!("cannot broadcast {} to {}", args[0].shape, shape));
+            }
+            Ok(TensorType { dtype: args[0].dtype, shape: shape.clone() })
+        }
+        Op::Slice { axis, start, end } => infer_slice(args[0], *axis, *start, end),
+        Op::Concat { axis } => infer_concat(args, *axis),
+        Op::Gather { axis } => {
+            let (table, idx) = (args[0], args[1]);
+            check_axis(*axis, table.rank())?;
+            if !idx.dtype.is_int() {
+                return Err(format!("indices must be i32 or i64, found {}", idx.dtype));
+            }
+            let mut dims = table.shape.0[..*axis].to_vec();
+            dims.extend(idx.shape.0.iter().cloned());
+            dims.extend(table.shape.0[axis + 1..].iter().cloned());
+            Ok(TensorType { dtype: table.dtype, shape: Shape(dims) })
+        }
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            if !(eps.0.is_finite() && eps.0 >= 0.0) {
+                return Err(format!("eps must be finite and >= 0, found {eps}"));
+            }
+            if matches!(op, Op::LayerNorm { .. }) && args.len() == 2 {
+                return Err("layer_norm takes x, or x, gamma and beta".into());
+            }
+            let x = args[0];
+            float(x.dtype, op.name())?;
+            let Some(last) = x.shape.0.last() else {
+                return Err("cannot normalise a scalar".into());
+            };
+            for p in &args[1..] {
+                same_dtype(x, p)?;
+                if p.shape.0 != [last.clone()] {
+                    return Err(format!("scale/shift must have shape [{last}], found {}", p.shape));
+                }
+            }
+            Ok(x.clone())
+        }
+        Op::Softmax { axis } => {
+            check_axis(*axis, args[0].rank())?;
+            float(args[0].dtype, "softmax")?;
+            Ok(args[0].clone())
+        }
+        Op::Gelu { .. } | Op::Silu => {
+            float(args[0].dtype, op.name())?;
+            Ok(args[0].clone())
+        }
+        Op::Attention { scale, .. } => infer_attention(args, *scale),
+        Op::MatMulEpilogue { activation } => {
+            let out = infer_matmul(args[0], args[1])?;
+            if *activation != Activation::None {
+                float(out.dtype, activation.name())?;
+            }
+            if let Some(bias) = args.get(2) {
+                same_dtype(&out, bias)?;
+                if !broadcasts_to(&bias.shape, &out.shape) {
+                    return Err(format!("bias {} does not broadcast to {}", bias.shape, out.shape));
+                }
+            }
+            Ok(out)
+        }
+        Op::FusedElementwise { body } => {
+            let dtype = infer_body(body, args)?;
+            let mut shape = Shape::scalar();
+            for a in args {
+                shape = broadcast(&shape, &a.shape)?;
+            }
+            Ok(TensorType { dtype, shape })
+        }
+    }
+}
+
+fn arity_reason(op: &Op, lo: usize, hi: usize, n: usize) -> Reason {
+    let want = match (lo, hi) {
+        (l, h) if l == h => format!("{l}"),
+        (l, usize::MAX) => format!("at least {l}"),
+        (l, h) => format!("{l} to {h}"),
+    };
+    format!("`{}` takes {want} operand(s), found {n}", op.name())
+}
+
+fn infer_constant(value: &Literal, declared: &TensorType) -> Result<TensorType, Reason> {
+    check_shape_symbols(&declared.shape)?;
+    if let Literal::Dense(data) = value {
+        let Some(n) = declared.shape.static_numel() else {
+            return Err(format!("a dense constant needs a static shape, found {} (use a splat)", declared.shape));
+        };
+        if n != data.len() {
+            return Err(format!("{} values for shape {} of {n} elements", data.len(), declared.shape));
+        }
+    }
+    Ok(declared.clone())
+}
+
+/// Symbols must be identifiers so that the text form can print and parse them.
+fn check_shape_symbols(shape: &Shape) -> Result<(), Reason> {
+    match shape.symbols().find(|s| !is_identifier(s)) {
+        Some(bad) => Err(format!("symbolic dim {bad:?} is not an identifier")),
+        None => Ok(()),
+    }
+}
+
+fn check_axis(axis: usize, rank: usize) -> Result<(), Reason> {
+    if axis >= rank {
+        return Err(format!("axis {axis} out of range for rank {rank}"));
+    }
+    Ok(())
+}
+
+fn broadcast(a: &Shape, b: &Shape) -> Result<Shape, Reason> {
+    broadcast_shapes(a, b).map_err(|(x, y)| format!("cannot broadcast {a} with {b}: dims {x} and {y} differ"))
+}
+
+fn same_dtype(a: &TensorType, b: &TensorType) -> Result<(), Reason> {
+    if a.dtype != b.dtype {
+        return Err(format!("dtypes differ: {a} and {b} (insert a cast)"));
+    }
+    Ok(())
+}
+
+fn numeric(d: DType, op: &str) -> Result<(), Reason> {
+    if d == DType::Bool {
+        return Err(format!("`{op}` needs numbers, found bool"));
+    }
+    Ok(())
+}
+
+fn float(d: DType, op: &str) -> Result<(), Reason> {
+    if !d.is_float() {
+        return Err(format!("`{op}` needs a float dtype, found {d}"));
+    }
+    Ok(())
+}
+
+fn check_unary_dtype(u: UnaryOp, d: DType) -> Result<(), Reason> {
+    if u.allows_int() { numeric(d, u.name()) } else { float(d, u.name()) }
+}
+
+fn infer_reduce(r: ReduceOp, axes: &[usize], keepdim: bool, x: &TensorType) -> Result<TensorType, Reason> {
+    if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("axes must be non-empty and strictly increasing, found {axes:?}"));
+    }
+    if let Some(&a) = axes.iter().find(|&&a| a >= x.rank()) {
+        return Err(format!("axis {a} out of range for rank {}", x.rank()));
+    }
+    numeric(x.dtype, r.name())?;
+    if r == ReduceOp::Mean {
+        float(x.dtype, r.name())?;
+    }
+    let dims = x.shape.0.iter().enumerate().filter_map(|(i, d)| match (axes.contains(&i), keepdim) {
+        (false, _) => Some(d.clone()),
+        (true, true) => Some(Dim::Static(1)),
+        (true, false) => None,
+    });
+    Ok(TensorType { dtype: x.dtype, shape: Shape(dims.collect()) })
+}
+
+fn infer_matmul(a: &TensorType, b: &TensorType) -> Result<TensorType, Reason> {
+    if a.rank() < 2 || b.rank() < 2 {
+        return Err(format!("matmul needs rank >= 2, found {} and {}", a.shape, b.shape));
+    }
+    same_dtype(a, b)?;
+    numeric(a.dtype, "matmul")?;
+    let (ra, rb) = (a.rank(), b.rank());
+    let (m, k1) = (&a.shape.0[ra - 2], &a.shape.0[ra - 1]);
+    let (k2, n) = (&b.shape.0[rb - 2], &b.shape.0[rb - 1]);
+    if k1 != k2 {
+        return Err(format!("contracted dims differ: {} @ {} ({k1} vs {k2})", a.shape, b.shape));
+    }
+    let mut dims = broadcast(&Shape(a.shape.0[..ra - 2].to_vec()), &Shape(b.shape.0[..rb - 2].to_vec()))?.0;
+    dims.push(m.clone());
+    dims.push(n.clone());
+    Ok(TensorType { dtype: a.dtype, shape: Shape(dims) })
+}
+
+fn infer_slice(x: &TensorType, axis: usize, start: usize, end: &Dim) -> Result<TensorType, Reason> {
+    check_axis(axis, x.rank())?;
+    let dim = &x.shape.0[axis];
+    let out = match (end, dim) {
+        (Dim::Static(e), Dim::Static(d)) if start <= *e && *e <= *d => Dim::Static(e - start),
+        (Dim::Static(e), Dim::Sym(_)) if start == 0 && *e == 0 => Dim::Static(0),
+        (Dim::Sym(e), _) if start == 0 && is_identifier(e) && (dim == end || dim.as_static().is_some()) => end.clone(),
+        _ => {
+            return Err(format!(
+                "slice {start}..{end} does not provably fit dim {dim} of {} (a symbolic end needs start 0)",
+                x.shape
+            ));
+        }
+    };
+    let mut shape = x.shape.clone();
+    shape.0[axis] = out;
+    Ok(TensorType { dtype: x.dtype, shape })
+}
+
+fn infer_concat(args: &[&TensorType], axis: usize) -> Result<TensorType, Reason> {
+    let first = args[0];
+    check_axis(axis, first.rank())?;
+    if args.len() == 1 {
+        return Ok(first.clone());
+    }
+    let mut total = 0usize;
+    for a in args {
+        same_dtype(first, a)?;
+        let same_other_dims =
+            a.rank() == first.rank() && (0..a.rank()).all(|i| i == axis || a.shape.0[i] == first.shape.0[i]);
+        if !same_other_dims {
+            return Err(format!("cannot concat {} with {} along axis {axis}", first.shape, a.shape));
+        }
+        match a.shape.0[axis].as_static() {
+            Some(n) => total = total.checked_add(n).ok_or("concat size overflows")?,
+            None => return Err(format!("concat axis {axis} of {} must be static", a.shape)),
+        }
+    }
+    let mut shape = first.shape.clone();
+    shape.0[axis] = Dim::Static(total);
+    Ok(TensorType { dtype: first.dtype, shape })
+}
+
+fn infer_attention(args: &[&TensorType], scale: crate::float::F64) -> Result<TensorType, Reason> {
+    if !scale.0.is_finite() {
+        return Err(format!("scale must be finite, found {scale}"));
+    }
+    let (q, k, v) = (args[0], args[1], args[2]);
+    for t in [q, k, v] {
+        if t.rank() < 2 {
+            return Err(format!("attention operands need rank >= 2, found {}", t.shape));
+        }
+        same_dtype(q, t)?;
+    }
+    float(q.dtype, "attention")?;
+    let (rq, rk, rv) = (q.rank(), k.rank(), v.rank());
+    let (lq, d) = (&q.shape.0[rq - 2], &q.shape.0[rq - 1]);
+    let (lk, dk) = (&k.shape.0[rk - 2], &k.shape.0[rk - 1]);
+    let (lv, dv) = (&v.shape.0[rv - 2], &v.shape.0[rv - 1]);
+    if d != dk || lk != lv {
+        return Err(format!("q {}, k {}, v {} do not agree (q/k head dims, k/v lengths)", q.shape, k.shape, v.shape));
+    }
+    let batch = |t: &TensorType| Shape(t.shape.0[..t.rank() - 2].to_vec());
+    let b = broadcast(&broadcast(&batch(q), &batch(k))?, &batch(v))?;
+    if let Some(mask) = args.get(3) {
+        same_dtype(q, mask)?;
+        let mut scores = b.0.clone();
+        scores.extend([lq.clone(), lk.clone()]);
+        if !broadcasts_to(&mask.shape, &Shape(scores.clone())) {
+            return Err(format!("mask {} does not broadcast to scores {}", mask.shape, Shape(scores)));
+        }
+    }
+    let mut dims = b.0;
+    dims.extend([lq.clone(), dv.clone()]);
+    Ok(TensorType { dtype: q.dtype, shape: Shape(dims) })
+}
+
+/// Type a fused body: check every index points backwards and return the result dtype.
+fn infer_body(body: &ElementwiseExpr, args: &[&TensorType]) -> Result<DType, Reason> {
+    let mut types: Vec<DType> = Vec::with_capacity(body.nodes.len());
+    for (i, n) in body.nodes.iter().enumerate() {
+        let get = |j: usize| -> Result<DType, Reason> {
+            types.get(j).copied().ok_or_else(|| format!("body node t{i} refers to t{j}, which is not earlier"))
+        };
+        let t = match n {
+            ExprNode::Arg(a) => args
+                .get(*a)
+                .map(|t| t.dtype)
+                .ok_or_else(|| format!("body node t{i} reads ${a}, but there are {} operands", args.len()))?,
+            ExprNode::Const { value, dtype } => {
+                if !dtype.is_float() && value.0.fract() != 0.0 {
+                    return Err(format!("body constant {value} is not a {dtype}"));
+                }
+                *dtype
+            }
+            ExprNode::Unary(u, x) => {
+                let d = get(*x)?;
+                check_unary_dtype(*u, d).map_err(|r| format!("body node t{i}: {r}"))?;
+                d
+            }
+            ExprNode::Binary(b, x, y) => {
+                let (dx, dy) = (get(*x)?, get(*y)?);
+                let (tx, ty) = (TensorType::new(dx, Shape::scalar()), TensorType::new(dy, Shape::scalar()));
+                infer(&Op::Binary(*b), &[&tx, &ty], &tx).map_err(|r| format!("body node t{i}: {r}"))?.dtype
+            }
+            ExprNode::Where(c, x, y) => {
+                let (dc, dx, dy) = (get(*c)?, get(*x)?, get(*y)?);
+                if dc != DType::Bool || dx != dy {
+                    return Err(format!("body node t{i}: where needs bool, T, T; found {dc}, {dx}, {dy}"));
+                }
+                dx
+            }
+            ExprNode::Cast(to, x) => {
+                get(*x)?;
+                *to
+            }
+        };
+        types.push(t);
+    }
+    types.last().copied().ok_or_else(|| "fused body is empty".into())
+}

@@ -1,0 +1,138 @@
+//! The text form, one line per node:
+//!
+//! ```text
+//! graph "mlp" {
+//!   %0: f32[batch, 8] = input "x"
+//!   %1: f32[8, 4] = param "w"                      @layer0
+//!   %2: f32[batch, 4] = matmul %0, %1              @layer0
+//!   %3: f32[batch, 1] = reduce_mean %2 {axes=[1], keepdim=true}
+//!   output "y" = %3
+//! }
+//! ```
+//!
+//! Nodes are numbered in the graph's deterministic topological order, so the same graph
+//! always prints the same bytes and `parse` reads back an equal graph. Attributes sit in
+//! braces; a fused elementwise body is a `;`-separated list of `tN = ...` lines; provenance
+//! follows `@` (quoted when it is not a plain path). `#` starts a comment.
+
+use crate::graph::Graph;
+use crate::op::{ElementwiseExpr, ExprNode, Literal, Op};
+use std::fmt::Write;
+
+/// Column at which provenance is aligned (longer lines push it right).
+const PROVENANCE_COLUMN: usize = 56;
+
+/// Print a graph in the text form.
+pub fn print(g: &Graph) -> String {
+    let numbering = g.numbering();
+    let order = g.topo_order().unwrap_or_else(|_| g.node_ids().collect());
+    let mut out = format!("graph {} {{\n", quote(g.name()));
+    for id in order {
+        let node = g.node(id).expect("ordered node exists");
+        let operands: Vec<String> = g.operands(id).iter().map(|o| format!("%{}", numbering[o])).collect();
+        let mut line = format!("  %{}: {} = {}", numbering[&id], node.ty, node.op.name());
+        match &node.op {
+            Op::Input { name } | Op::Param { name } => write!(line, " {}", quote(name)).expect("write to String"),
+            Op::Constant { value } => write!(line, " {}", literal(value)).expect("write to String"),
+            _ => {}
+        }
+        if !operands.is_empty() {
+            write!(line, " {}", operands.join(", ")).expect("write to String");
+        }
+        let attrs = attributes(&node.op);
+        if !attrs.is_empty() {
+            write!(line, " {{{attrs}}}").expect("write to String");
+        }
+        if !node.provenance.is_empty() {
+            let pad = PROVENANCE_COLUMN.saturating_sub(line.chars().count()).max(2);
+            line.push_str(&" ".repeat(pad));
+            line.push('@');
+            line.push_str(&provenance(&node.provenance));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    for o in g.outputs() {
+        let n = numbering.get(&o.node).map_or_else(|| "?".to_string(), |n| n.to_string());
+        writeln!(out, "  output {} = %{n}", quote(&o.name)).expect("write to String");
+    }
+    out.push_str("}\n");
+    out
+}
+
+fn literal(v: &Literal) -> String {
+    match v {
+        Literal::Splat(x) => x.to_string(),
+        Literal::Dense(xs) => format!("[{}]", xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")),
+    }
+}
+
+fn list<T: std::fmt::Display>(xs: &[T]) -> String {
+    format!("[{}]", xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
+}
+
+/// The text inside an op's braces (empty when it has no attributes).
+fn attributes(op: &Op) -> String {
+    match op {
+        Op::Iota { axis } | Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } => format!("axis={axis}"),
+        Op::Cast { to } => format!("to={to}"),
+        Op::Reduce { axes, keepdim, .. } => format!("axes={}, keepdim={keepdim}", list(axes)),
+        Op::Reshape { shape } | Op::BroadcastTo { shape } => format!("shape={shape}"),
+        Op::Permute { perm } => format!("perm={}", list(perm)),
+        Op::Slice { axis, start, end } => format!("axis={axis}, start={start}, end={end}"),
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={eps}"),
+        Op::Gelu { approx } => format!("approx={}", if *approx == crate::op::GeluApprox::Erf { "erf" } else { "tanh" }),
+        Op::Attention { scale, causal } => format!("scale={scale}, causal={causal}"),
+        Op::MatMulEpilogue { activation } => format!("activation={}", activation.name()),
+        Op::FusedElementwise { body } => body_text(body),
+        _ => String::new(),
+    }
+}
+
+/// A fused body: `t0 = arg 0; t1 = const 1.0 f32; t2 = mul t0, t1`.
+pub fn body_text(body: &ElementwiseExpr) -> String {
+    let items: Vec<String> = body
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let rhs = match n {
+                ExprNode::Arg(a) => format!("arg {a}"),
+                ExprNode::Const { value, dtype } => format!("const {value} {dtype}"),
+                ExprNode::Unary(u, x) => format!("{} t{x}", u.name()),
+                ExprNode::Binary(b, x, y) => format!("{} t{x}, t{y}", b.name()),
+                ExprNode::Where(c, x, y) => format!("where t{c}, t{x}, t{y}"),
+                ExprNode::Cast(to, x) => format!("cast t{x} to {to}"),
+            };
+            format!("t{i} = {rhs}")
+        })
+        .collect();
+    items.join("; ")
+}
+
+/// True for characters that may appear in an unquoted provenance path.
+pub(crate) fn is_path_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '/' | ':')
+}
+
+fn provenance(p: &str) -> String {
+    if p.chars().all(is_path_char) { p.to_string() } else { quote(p) }
+}
+
+/// A double-quoted string with `\"`, `\\`, `\n`, `\t` and `\u{..}` escapes for control chars.
+pub(crate) fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => write!(out, "\\u{{{:x}}}", c as u32).expect("write to String"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}

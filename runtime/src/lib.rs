@@ -1,0 +1,9 @@
+//! Rustral runtimes. For now this holds the reference interpreter, the oracle that defines the
+//! meaning of every IR op and that every pass and lowering is tested against.
+
+#![deny(missing_docs)]
+
+pub mod reference;
+mod tensor;
+
+pub use tensor::{HostTensor, round_to};

@@ -1,0 +1,72 @@
+//! `HostTensor`: a typed tensor in host memory, the currency of the reference interpreter and
+//! of tests. Values are held as f64 whatever the dtype, rounded to the dtype after every op,
+//! so one simple code path serves every dtype while results keep the dtype's precision.
+
+use ndarray::{ArrayD, IxDyn};
+use rustral_ir::DType;
+
+/// A host tensor: dtype plus an f64 array whose values are representable in that dtype.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostTensor {
+    /// Element type.
+    pub dtype: DType,
+    /// Values, already rounded to `dtype`.
+    pub data: ArrayD<f64>,
+}
+
+impl HostTensor {
+    /// Build from f64 values, rounding each to `dtype`. None if `values` does not fit `shape`.
+    pub fn new(dtype: DType, shape: &[usize], values: Vec<f64>) -> Option<HostTensor> {
+        let data = ArrayD::from_shape_vec(IxDyn(shape), values).ok()?;
+        Some(HostTensor::from_array(dtype, data))
+    }
+
+    /// Wrap an array, rounding each value to `dtype`.
+    pub fn from_array(dtype: DType, data: ArrayD<f64>) -> HostTensor {
+        HostTensor { dtype, data: data.mapv(|x| round_to(dtype, x)) }
+    }
+
+    /// An f32 tensor from f32 values. None if `values` does not fit `shape`.
+    pub fn f32(shape: &[usize], values: &[f32]) -> Option<HostTensor> {
+        HostTensor::new(DType::F32, shape, values.iter().map(|&v| f64::from(v)).collect())
+    }
+
+    /// An i64 tensor (token ids, positions). None if `values` does not fit `shape`.
+    pub fn i64(shape: &[usize], values: &[i64]) -> Option<HostTensor> {
+        HostTensor::new(DType::I64, shape, values.iter().map(|&v| v as f64).collect())
+    }
+
+    /// A scalar.
+    pub fn scalar(dtype: DType, value: f64) -> HostTensor {
+        HostTensor::from_array(dtype, ArrayD::from_elem(IxDyn(&[]), value))
+    }
+
+    /// The concrete shape.
+    pub fn shape(&self) -> &[usize] {
+        self.data.shape()
+    }
+
+    /// Values in row-major order.
+    pub fn to_vec(&self) -> Vec<f64> {
+        self.data.iter().copied().collect()
+    }
+
+    /// Values in row-major order as f32.
+    pub fn to_f32_vec(&self) -> Vec<f32> {
+        self.data.iter().map(|&x| x as f32).collect()
+    }
+}
+
+/// Round `x` to the nearest value of `dtype`: floats round to nearest even, integers truncate
+/// toward zero (i32 wraps, NaN becomes 0), bool is `x != 0`.
+pub fn round_to(dtype: DType, x: f64) -> f64 {
+    match dtype {
+        DType::F64 => x,
+        DType::F32 => x as f32 as f64,
+        DType::F16 => half::f16::from_f64(x).to_f64(),
+        DType::BF16 => half::bf16::from_f64(x).to_f64(),
+        DType::I32 => (x as i64) as i32 as f64,
+        DType::I64 => (x as i64) as f64,
+        DType::Bool => f64::from(u8::from(x != 0.0)),
+    }
+}
