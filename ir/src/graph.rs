@@ -49,6 +49,8 @@ pub struct Graph {
     name: String,
     nodes: StableDiGraph<Node, usize>,
     outputs: Vec<Output>,
+    /// Input and param nodes by name, so the builder rejects a duplicate name at once.
+    source_names: HashMap<String, NodeId>,
 }
 
 impl Graph {
@@ -99,6 +101,12 @@ impl Graph {
         declared: TensorType,
         provenance: &str,
     ) -> Result<NodeId, IrError> {
+        if let Op::Input { name } | Op::Param { name } = &op
+            && self.source_names.contains_key(name)
+        {
+            let kind = if matches!(op, Op::Input { .. }) { "input" } else { "param" };
+            return Err(IrError::DuplicateName { kind, name: name.clone() });
+        }
         let mut args = Vec::with_capacity(operands.len());
         for &o in operands {
             match self.nodes.node_weight(o.0) {
@@ -128,7 +136,14 @@ impl Graph {
     /// Add a node with the given type without checking it (parsers and decoders do this and
     /// then run the verifier). Operands must exist.
     pub fn add_unchecked(&mut self, op: Op, operands: &[NodeId], ty: TensorType, provenance: &str) -> NodeId {
+        let name = match &op {
+            Op::Input { name } | Op::Param { name } => Some(name.clone()),
+            _ => None,
+        };
         let id = self.nodes.add_node(Node { op, ty, provenance: provenance.to_string() });
+        if let Some(name) = name {
+            self.source_names.entry(name).or_insert(NodeId(id));
+        }
         for (pos, o) in operands.iter().enumerate() {
             self.nodes.add_edge(o.0, id, pos);
         }
@@ -210,7 +225,13 @@ impl Graph {
 
     /// Remove a node and its edges (its users then have a missing operand until rewired).
     pub fn remove(&mut self, id: NodeId) -> Option<Node> {
-        self.nodes.remove_node(id.0)
+        let node = self.nodes.remove_node(id.0)?;
+        if let Op::Input { name } | Op::Param { name } = &node.op
+            && self.source_names.get(name) == Some(&id)
+        {
+            self.source_names.remove(name);
+        }
+        Some(node)
     }
 
     /// Make every user of `old` (and every output naming it) use `new` instead.

@@ -306,6 +306,7 @@ pub enum Op {
         name: String,
     },
     /// A constant tensor of the node's declared type.
+    #[serde(rename = "const")]
     Constant {
         /// Its data.
         value: Literal,
@@ -338,6 +339,7 @@ pub enum Op {
         keepdim: bool,
     },
     /// `a[..., m, k] @ b[..., k, n] -> [..., m, n]`; both ranks >= 2, batch dims broadcast.
+    #[serde(rename = "matmul")]
     MatMul,
     /// Same elements in row-major order with a new shape of equal (symbolic) element count.
     Reshape {
@@ -412,6 +414,7 @@ pub enum Op {
     },
     /// `act(a @ b + bias)`: a matmul (as `MatMul`) with an optional bias broadcast to the
     /// output and an activation, computed while the output is hot. Operands `a, b[, bias]`.
+    #[serde(rename = "matmul_epilogue")]
     MatMulEpilogue {
         /// Applied after the bias.
         activation: Activation,

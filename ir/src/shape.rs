@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// One dimension of a shape.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(untagged)]
+/// One dimension of a shape. In JSON a dim is a number or a symbol's name; in binary forms,
+/// which cannot guess a type from the data, it is a tagged enum.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Dim {
     /// A size known at compile time.
     Static(usize),
@@ -40,6 +40,47 @@ impl Dim {
     /// True for a static dim of size 1, the only dim that broadcasts.
     pub fn is_one(&self) -> bool {
         *self == Dim::Static(1)
+    }
+}
+
+/// The serialized forms of a dim: `Plain` for JSON, `Tagged` for binary.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum PlainDim {
+    Static(usize),
+    Sym(String),
+}
+
+#[derive(Serialize, Deserialize)]
+enum TaggedDim {
+    Static(usize),
+    Sym(String),
+}
+
+impl Serialize for Dim {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match (self, s.is_human_readable()) {
+            (Dim::Static(n), true) => PlainDim::Static(*n).serialize(s),
+            (Dim::Sym(x), true) => PlainDim::Sym(x.clone()).serialize(s),
+            (Dim::Static(n), false) => TaggedDim::Static(*n).serialize(s),
+            (Dim::Sym(x), false) => TaggedDim::Sym(x.clone()).serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Dim {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Dim, D::Error> {
+        if d.is_human_readable() {
+            Ok(match PlainDim::deserialize(d)? {
+                PlainDim::Static(n) => Dim::Static(n),
+                PlainDim::Sym(x) => Dim::Sym(x),
+            })
+        } else {
+            Ok(match TaggedDim::deserialize(d)? {
+                TaggedDim::Static(n) => Dim::Static(n),
+                TaggedDim::Sym(x) => Dim::Sym(x),
+            })
+        }
     }
 }
 

@@ -108,12 +108,14 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
         }
         13 => {
             let dims = ta.shape.clone();
-            let dtype = if p[2] % 2 == 0 { DType::I32 } else { DType::F32 };
+            let dtype = if p[2].is_multiple_of(2) { DType::I32 } else { DType::F32 };
             return g.declare(Op::Iota { axis: axis(&ta) }, TensorType::new(dtype, dims), prov).ok();
         }
         14 => {
             let value = match ta.shape.static_numel() {
-                Some(n) if n <= 8 && p[2] % 2 == 0 => Literal::Dense((0..n).map(|k| F64(s.value + k as f64)).collect()),
+                Some(n) if n <= 8 && p[2].is_multiple_of(2) => {
+                    Literal::Dense((0..n).map(|k| F64(s.value + k as f64)).collect())
+                }
                 _ => Literal::Splat(f),
             };
             return g.declare(Op::Constant { value }, ta, prov).ok();
@@ -122,9 +124,9 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
             let name = format!("{}{i}", NAMES[p[2] % NAMES.len()]);
             return g.param(&name, ta, prov).ok();
         }
-        16 => return norm(g, a, p[2] % 2 == 0, prov),
+        16 => return norm(g, a, p[2].is_multiple_of(2), prov),
         17 => Op::Softmax { axis: axis(&ta) },
-        18 => Op::Gelu { approx: if p[1] % 2 == 0 { GeluApprox::Erf } else { GeluApprox::Tanh } },
+        18 => Op::Gelu { approx: if p[1].is_multiple_of(2) { GeluApprox::Erf } else { GeluApprox::Tanh } },
         19 => Op::Silu,
         20 => return attention(g, a, b, p, prov),
         21 => {
@@ -133,7 +135,7 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
             let operands = [a, b];
             let bias_node =
                 bias.and_then(|dims| g.param(&format!("bias{i}"), TensorType::new(tb.dtype, dims), prov).ok());
-            return match bias_node.filter(|_| p[2] % 2 == 0) {
+            return match bias_node.filter(|_| p[2].is_multiple_of(2)) {
                 Some(bn) => g.add(Op::MatMulEpilogue { activation: act }, &[a, b, bn], prov).ok(),
                 None => g.add(Op::MatMulEpilogue { activation: act }, &operands, prov).ok(),
             };
@@ -179,8 +181,8 @@ fn norm(g: &mut Graph, x: NodeId, layer: bool, prov: &str) -> Option<NodeId> {
 
 /// Self-attention of a rank >= 2 value with itself (q = k = v), optionally causal and masked.
 fn attention(g: &mut Graph, x: NodeId, m: NodeId, p: [usize; 4], prov: &str) -> Option<NodeId> {
-    let op = Op::Attention { scale: F64(0.5), causal: p[1] % 2 == 0 };
-    if p[2] % 2 == 0 { g.add(op, &[x, x, x, m], prov).ok() } else { g.add(op, &[x, x, x], prov).ok() }
+    let op = Op::Attention { scale: F64(0.5), causal: p[1].is_multiple_of(2) };
+    if p[2].is_multiple_of(2) { g.add(op, &[x, x, x, m], prov).ok() } else { g.add(op, &[x, x, x], prov).ok() }
 }
 
 fn random_body(p: [usize; 4], f: F64) -> ElementwiseExpr {
@@ -194,7 +196,7 @@ fn random_body(p: [usize; 4], f: F64) -> ElementwiseExpr {
         ExprNode::Binary(BinaryOp::Mul, 2, 3),
         ExprNode::Unary(u, 4),
     ];
-    if p[3] % 2 == 0 {
+    if p[3].is_multiple_of(2) {
         nodes.push(ExprNode::Binary(BinaryOp::Gt, 5, 0));
         nodes.push(ExprNode::Where(6, 5, 1));
         nodes.push(ExprNode::Cast(DType::F16, 7));
