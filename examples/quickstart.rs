@@ -1,8 +1,10 @@
-//! The main job until `rustral-compile` lands: build the sample graphs, verify them, print
-//! their IR, and evaluate each on the reference interpreter at two batch sizes, which shows
-//! one graph serving any binding of its symbolic dims.
+//! The main job until `rustral-compile` lands: build the sample graphs (or read `.rir` text
+//! files named on the command line), verify them, print their IR, and evaluate each on the
+//! reference interpreter at two batch sizes, which shows one graph serving any binding of its
+//! symbolic dims. Errors (a parse error's line:col, a verifier error's node and module path)
+//! go to stderr and the exit code is 1.
 //!
-//! Run: `cargo run --release --example quickstart`
+//! Run: `cargo run --release --example quickstart [-- FILE.rir ...]`
 
 use rustral::ir::{self, Dim, Graph, samples};
 use rustral::prelude::*;
@@ -32,18 +34,39 @@ fn feeds(g: &Graph, sizes: &HashMap<&str, usize>) -> HashMap<String, HostTensor>
             .iter()
             .map(|d| match d {
                 Dim::Static(n) => *n,
-                Dim::Sym(s) => sizes[s.as_str()],
+                Dim::Sym(s) => sizes.get(s.as_str()).copied().unwrap_or(4),
             })
             .collect();
         let n = shape.iter().product();
-        let data = if name == "mask" { vec![0.0; n] } else { values(i as u64 + 1, n) };
+        // Masks are all-visible; integer inputs (token ids) index from 0.
+        let data = match (name.as_str(), ty.dtype.is_float()) {
+            ("mask", _) | (_, false) => vec![0.0; n],
+            _ => values(i as u64 + 1, n),
+        };
         out.insert(name, HostTensor::new(ty.dtype, &shape, data).expect("sizes match"));
     }
     out
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let graphs = [samples::mlp()?, samples::layer_norm_primitives()?, samples::attention_block()?];
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn load(path: &str) -> Result<Graph, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    ir::parse_verified(&text).map_err(|e| format!("{path}: {e}"))
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let files: Vec<String> = std::env::args().skip(1).collect();
+    let graphs = if files.is_empty() {
+        vec![samples::mlp()?, samples::layer_norm_primitives()?, samples::attention_block()?]
+    } else {
+        files.iter().map(|f| load(f)).collect::<Result<Vec<_>, _>>()?
+    };
     for g in &graphs {
         ir::verify(g)?;
         println!("{}", ir::print(g));

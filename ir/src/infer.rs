@@ -265,11 +265,12 @@ fn infer_slice(x: &TensorType, axis: usize, start: usize, end: &Dim) -> Result<T
     let dim = &x.shape.0[axis];
     let out = match (end, dim) {
         (Dim::Static(e), Dim::Static(d)) if start <= *e && *e <= *d => Dim::Static(e - start),
-        (Dim::Static(e), Dim::Sym(_)) if start == 0 && *e == 0 => Dim::Static(0),
+        // A static range of a symbolic dim (the first token of `seq`) is checked at run time.
+        (Dim::Static(e), Dim::Sym(_)) if start <= *e => Dim::Static(e - start),
         (Dim::Sym(e), _) if start == 0 && is_identifier(e) && (dim == end || dim.as_static().is_some()) => end.clone(),
         _ => {
             return Err(format!(
-                "slice {start}..{end} does not provably fit dim {dim} of {} (a symbolic end needs start 0)",
+                "slice {start}..{end} does not fit dim {dim} of {} (a symbolic end needs start 0)",
                 x.shape
             ));
         }

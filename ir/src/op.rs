@@ -357,7 +357,8 @@ pub enum Op {
         shape: Shape,
     },
     /// Elements `start..end` along `axis`. A symbolic `end` needs `start == 0` (a prefix whose
-    /// length is bound at run time; the reference checks it fits).
+    /// length is bound at run time). Where the verifier cannot prove the range fits (a symbolic
+    /// end on a static dim, a static end on a symbolic dim), running checks it.
     Slice {
         /// Sliced axis.
         axis: usize,

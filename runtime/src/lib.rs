@@ -6,4 +6,4 @@
 pub mod reference;
 mod tensor;
 
-pub use tensor::{HostTensor, round_to};
+pub use tensor::{HostTensor, ValuesDoNotFit, round_to};

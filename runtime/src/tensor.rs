@@ -5,6 +5,16 @@
 use ndarray::{ArrayD, IxDyn};
 use rustral_ir::DType;
 
+/// A value count that does not match the shape it was given for.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{values} values do not fill shape {shape:?} ({} elements)", shape.iter().product::<usize>())]
+pub struct ValuesDoNotFit {
+    /// The shape asked for.
+    pub shape: Vec<usize>,
+    /// How many values were given.
+    pub values: usize,
+}
+
 /// A host tensor: dtype plus an f64 array whose values are representable in that dtype.
 #[derive(Clone, Debug, PartialEq)]
 pub struct HostTensor {
@@ -15,10 +25,12 @@ pub struct HostTensor {
 }
 
 impl HostTensor {
-    /// Build from f64 values, rounding each to `dtype`. None if `values` does not fit `shape`.
-    pub fn new(dtype: DType, shape: &[usize], values: Vec<f64>) -> Option<HostTensor> {
-        let data = ArrayD::from_shape_vec(IxDyn(shape), values).ok()?;
-        Some(HostTensor::from_array(dtype, data))
+    /// Build from f64 values in row-major order, rounding each to `dtype`.
+    pub fn new(dtype: DType, shape: &[usize], values: Vec<f64>) -> Result<HostTensor, ValuesDoNotFit> {
+        let len = values.len();
+        let data = ArrayD::from_shape_vec(IxDyn(shape), values)
+            .map_err(|_| ValuesDoNotFit { shape: shape.to_vec(), values: len })?;
+        Ok(HostTensor::from_array(dtype, data))
     }
 
     /// Wrap an array, rounding each value to `dtype`.
@@ -26,13 +38,13 @@ impl HostTensor {
         HostTensor { dtype, data: data.mapv(|x| round_to(dtype, x)) }
     }
 
-    /// An f32 tensor from f32 values. None if `values` does not fit `shape`.
-    pub fn f32(shape: &[usize], values: &[f32]) -> Option<HostTensor> {
+    /// An f32 tensor from f32 values.
+    pub fn f32(shape: &[usize], values: &[f32]) -> Result<HostTensor, ValuesDoNotFit> {
         HostTensor::new(DType::F32, shape, values.iter().map(|&v| f64::from(v)).collect())
     }
 
-    /// An i64 tensor (token ids, positions). None if `values` does not fit `shape`.
-    pub fn i64(shape: &[usize], values: &[i64]) -> Option<HostTensor> {
+    /// An i64 tensor (token ids, positions).
+    pub fn i64(shape: &[usize], values: &[i64]) -> Result<HostTensor, ValuesDoNotFit> {
         HostTensor::new(DType::I64, shape, values.iter().map(|&v| v as f64).collect())
     }
 

@@ -253,3 +253,22 @@ fn results_are_rounded_to_the_dtype() {
     assert_eq!(one_plus("f32"), 1.0);
     assert_eq!(one_plus("f64"), 1.0 + 2f64.powi(-30));
 }
+
+#[test]
+fn host_tensor_rejects_values_that_do_not_fit() {
+    let err = HostTensor::new(DType::F32, &[2, 3], vec![0.0; 5]).unwrap_err();
+    assert_eq!(err.to_string(), "5 values do not fill shape [2, 3] (6 elements)");
+}
+
+/// A static slice of a symbolic dim (BERT's pooler takes token 0 of `seq`) is checked when run.
+#[test]
+fn static_slice_of_symbolic_dim_is_checked_at_run_time() {
+    let g = graph(
+        "graph \"p\" {\n  %0: f32[batch, seq, 2] = input \"h\"\n  %1: f32[batch, 1, 2] = slice %0 {axis=1, start=0, end=1}  @pooler\n  output \"cls\" = %1\n}\n",
+    );
+    let h = HostTensor::new(DType::F32, &[1, 3, 2], values(1, 6)).unwrap();
+    assert_eq!(run(&g, &[("h", h.clone())]).unwrap()[0].to_vec(), h.to_vec()[..2]);
+    let empty = HostTensor::new(DType::F32, &[1, 0, 2], vec![]).unwrap();
+    let err = run(&g, &[("h", empty)]).unwrap_err();
+    assert_eq!(err.to_string(), "%1 (slice) at pooler: slice 0..1 is past the end of axis 1 (size 0)");
+}
