@@ -1,2 +1,20 @@
-//! The tracing frontend (`ForwardCtx`, tensors, `nn` layers). Not built yet: it arrives with
-//! the frontend issue. Until then graphs are built with `rustral_ir::Graph` directly.
+//! Rustral's tracing frontend. A model is a Rust function over a [`ForwardCtx`]; running it
+//! records every tensor op into a typed `rustral_ir::Graph`, with the module path of each node.
+//! Layers in [`nn`] trace primitives only (LayerNorm is mean, sub, mul, rsqrt, ...): finding
+//! the big ops is the passes' job, so with fusion off a program really runs the primitives.
+
+#![deny(missing_docs)]
+
+mod ctx;
+mod error;
+mod init;
+pub mod nn;
+mod params;
+mod tensor;
+
+pub use ctx::{ForwardCtx, Mode, Profiler, ShapePolicy, TraceEvent, TraceOptions, Traced, trace, trace_named};
+pub use error::{Error, Result};
+pub use init::{Init, ParamSpec};
+pub use params::{ParamStore, ParamValue};
+pub use rustral_ir::{DType, Dim};
+pub use tensor::Tensor;

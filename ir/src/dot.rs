@@ -31,7 +31,9 @@ pub fn to_dot(g: &Graph) -> String {
         let style = match &n.op {
             Op::Input { .. } => "shape=ellipse, style=filled, fillcolor=\"#cfe8ff\"",
             Op::Param { .. } => "shape=ellipse, style=filled, fillcolor=\"#e6e6e6\"",
-            Op::Constant { .. } | Op::Iota { .. } => "shape=box, style=\"rounded,filled\", fillcolor=\"#f2f2f2\"",
+            Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
+                "shape=box, style=\"rounded,filled\", fillcolor=\"#f2f2f2\""
+            }
             op if op.is_fused() => "shape=box, style=\"filled,bold\", fillcolor=\"#ffb347\", penwidth=2",
             _ => "shape=box",
         };

@@ -32,6 +32,11 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
             }
             Ok(declared.clone())
         }
+        Op::RandomUniform { .. } => {
+            check_shape_symbols(&declared.shape)?;
+            float(declared.dtype, "random_uniform")?;
+            Ok(declared.clone())
+        }
         Op::Unary(u) => {
             let x = args[0];
             check_unary_dtype(*u, x.dtype)?;

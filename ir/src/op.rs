@@ -317,6 +317,15 @@ pub enum Op {
         /// The axis whose index is written.
         axis: usize,
     },
+    /// Uniform random numbers in `[0, 1)` of the node's declared (float) type, a pure function
+    /// of `seed` and each element's row-major index `i`, so every target reproduces them:
+    /// `pcg(i ^ pcg(seed)) >> 8` divided by 2^24, where `pcg` is the 32-bit PCG-RXS-M-XS hash
+    /// (`s = v * 747796405 + 2891336453; w = ((s >> ((s >> 28) + 4)) ^ s) * 277803737;
+    /// (w >> 22) ^ w`, all wrapping u32). Dropout masks are built from it.
+    RandomUniform {
+        /// The stream; the frontend derives one per dropout from the trace's seed.
+        seed: u32,
+    },
     /// `f(x)` elementwise.
     Unary(UnaryOp),
     /// `f(a, b)` elementwise with broadcasting; comparisons give bool.
@@ -436,6 +445,7 @@ impl Op {
             Op::Param { .. } => "param",
             Op::Constant { .. } => "const",
             Op::Iota { .. } => "iota",
+            Op::RandomUniform { .. } => "random_uniform",
             Op::Unary(u) => u.name(),
             Op::Binary(b) => b.name(),
             Op::Where => "where",
@@ -461,7 +471,10 @@ impl Op {
 
     /// True for ops whose type is the node's declared type rather than inferred.
     pub fn is_source(&self) -> bool {
-        matches!(self, Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. })
+        matches!(
+            self,
+            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. }
+        )
     }
 
     /// True for the ops that fusion passes produce (drawn distinctly in DOT pictures).
@@ -482,7 +495,9 @@ impl Op {
     /// The allowed operand counts, inclusive.
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => (0, 0),
+            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
+                (0, 0)
+            }
             Op::Unary(_)
             | Op::Cast { .. }
             | Op::Reduce { .. }

@@ -142,6 +142,10 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
         }
         22 => return g.add(Op::FusedElementwise { body: random_body(p, f) }, &[a, b], prov).ok(),
         23 => Op::Reshape { shape: ta.shape.clone() },
+        24 => {
+            let op = Op::RandomUniform { seed: p[2] as u32 };
+            return g.declare(op, TensorType::new(DType::F32, ta.shape.0.clone()), prov).ok();
+        }
         _ => Op::Binary(BinaryOp::ALL[p[2] % 7]),
     };
     match op.arity().0 {

@@ -76,6 +76,7 @@ fn attributes(op: &Op) -> String {
     match op {
         Op::Iota { axis } | Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } => format!("axis={axis}"),
         Op::Cast { to } => format!("to={to}"),
+        Op::RandomUniform { seed } => format!("seed={seed}"),
         Op::Reduce { axes, keepdim, .. } => format!("axes={}, keepdim={keepdim}", list(axes)),
         Op::Reshape { shape } | Op::BroadcastTo { shape } => format!("shape={shape}"),
         Op::Permute { perm } => format!("perm={}", list(perm)),

@@ -1,2 +1,16 @@
-//! Model definitions written with the frontend (MLP, BERT/MiniLM, GPT-2, LLaMA). Not built
-//! yet: they arrive with the frontend issue.
+//! Models written with Rustral's frontend, each configurable from its Hugging Face
+//! `config.json` and loadable from its checkpoint under the checkpoint's own parameter names.
+
+#![deny(missing_docs)]
+
+mod bert;
+mod config;
+mod gpt2;
+mod llama;
+mod mlp;
+
+pub use bert::{Bert, BertConfig};
+pub use config::ConfigError;
+pub use gpt2::{Gpt2, Gpt2Config};
+pub use llama::{Llama, LlamaConfig};
+pub use mlp::{MlpConfig, MlpModel};

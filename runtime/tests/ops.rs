@@ -272,3 +272,19 @@ fn static_slice_of_symbolic_dim_is_checked_at_run_time() {
     let err = run(&g, &[("h", empty)]).unwrap_err();
     assert_eq!(err.to_string(), "%1 (slice) at pooler: slice 0..1 is past the end of axis 1 (size 0)");
 }
+
+/// `random_uniform` against the formula evaluated independently (Python, with 32-bit masks):
+/// `[(pcg(i ^ pcg(42)) >> 8) / 2**24 for i in range(3)]`.
+#[test]
+fn random_uniform_matches_its_definition() {
+    let src = |seed: u32| {
+        format!("graph \"r\" {{\n  %0: f64[100, 100] = random_uniform {{seed={seed}}}\n  output \"u\" = %0\n}}\n")
+    };
+    let u = run(&graph(&src(42)), &[]).unwrap().remove(0).to_vec();
+    assert_eq!(u[..3], [0.6485052108764648, 0.2051880955696106, 0.320794939994812]);
+    assert!(u.iter().all(|&v| (0.0..1.0).contains(&v)));
+    let mean = u.iter().sum::<f64>() / u.len() as f64;
+    assert!((mean - 0.5).abs() < 0.01, "mean {mean}");
+    assert_eq!(run(&graph(&src(42)), &[]).unwrap()[0].to_vec(), u, "deterministic");
+    assert_ne!(run(&graph(&src(43)), &[]).unwrap()[0].to_vec(), u, "seeds differ");
+}

@@ -63,6 +63,14 @@ impl Attrs {
         as_usize(&v, l, c)
     }
 
+    fn u32(&mut self, key: &str) -> PResult<u32> {
+        let (v, l, c) = self.take(key)?;
+        match &v {
+            Value::Num(s) => s.parse().map_err(|_| bad(l, c, "an integer in 0..2^32", &v)),
+            _ => Err(bad(l, c, "an integer in 0..2^32", &v)),
+        }
+    }
+
     fn usizes(&mut self, key: &str) -> PResult<Vec<usize>> {
         match self.take(key)? {
             (Value::List(xs), ..) => xs.iter().map(|(v, l, c)| as_usize(v, *l, *c)).collect(),
@@ -152,6 +160,7 @@ pub(super) fn build_op(name: &str, a: &mut Attrs) -> Option<PResult<Op>> {
     let acts: Vec<(&str, Activation)> = Activation::ALL.iter().map(|x| (x.name(), *x)).collect();
     let op = match name {
         "iota" => a.usize("axis").map(|axis| Op::Iota { axis }),
+        "random_uniform" => a.u32("seed").map(|seed| Op::RandomUniform { seed }),
         "where" => Ok(Op::Where),
         "cast" => a.choice("to", &dtypes).map(|to| Op::Cast { to }),
         "matmul" => Ok(Op::MatMul),

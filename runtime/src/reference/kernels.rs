@@ -18,6 +18,12 @@ pub(super) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
             ArrayD::from_shape_vec(IxDyn(out_shape), vs.iter().map(|v| v.0).collect()).map_err(|e| e.to_string())?
         }
         Op::Iota { axis } => ArrayD::from_shape_fn(IxDyn(out_shape), |ix| ix[*axis] as f64),
+        Op::RandomUniform { seed } => {
+            let key = pcg(*seed);
+            let n: usize = out_shape.iter().product();
+            let data = (0..n).map(|i| f64::from(pcg((i as u32) ^ key) >> 8) / f64::from(1u32 << 24)).collect();
+            ArrayD::from_shape_vec(IxDyn(out_shape), data).map_err(|e| e.to_string())?
+        }
         Op::Unary(u) => a(0).mapv(|x| unary(*u, x)),
         Op::Binary(b) => {
             let (x, y) = (bcast(a(0), out_shape)?, bcast(a(1), out_shape)?);
@@ -81,6 +87,13 @@ pub(super) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
         Op::FusedElementwise { body } => fused(body, args, out_shape)?,
     };
     Ok(HostTensor::from_array(dtype, data))
+}
+
+/// The 32-bit PCG-RXS-M-XS hash that defines `random_uniform`.
+pub(crate) fn pcg(v: u32) -> u32 {
+    let s = v.wrapping_mul(747_796_405).wrapping_add(2_891_336_453);
+    let w = ((s >> ((s >> 28) + 4)) ^ s).wrapping_mul(277_803_737);
+    (w >> 22) ^ w
 }
 
 /// Float-to-int casts truncate and saturate (Rust's `as`, NaN to 0); the rest round to `to`.

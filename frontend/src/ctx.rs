@@ -1,0 +1,286 @@
+//! `ForwardCtx`: the explicit context a model is traced through. Everything that could be
+//! hidden state elsewhere (mode, seeds, run id, which dims are symbolic, the profiler) is a
+//! field here, and every tensor op records a node with the current module path.
+
+use crate::error::{Error, Result};
+use crate::init::{Init, ParamSpec};
+use crate::tensor::Tensor;
+use rustral_ir::{DType, Dim, F64, Graph, Literal, NodeId, Op, Shape, TensorType};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+/// Whether the model is traced for training (dropout active) or inference (no dropout nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Dropout masks are drawn from seeds derived from the trace seed.
+    Train,
+    /// Dropout is the identity and records nothing.
+    #[default]
+    Inference,
+}
+
+/// Which named dims stay symbolic. A pinned dim becomes static wherever model code names it,
+/// so one model file traces to a fully static graph when a target needs one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ShapePolicy {
+    /// Symbol name to the size it is pinned to.
+    pub pinned: BTreeMap<String, usize>,
+}
+
+impl ShapePolicy {
+    /// Every named dim symbolic.
+    pub fn symbolic() -> ShapePolicy {
+        ShapePolicy::default()
+    }
+
+    /// Pin `name` to `size`.
+    pub fn pin(mut self, name: &str, size: usize) -> ShapePolicy {
+        self.pinned.insert(name.to_string(), size);
+        self
+    }
+
+    /// The dim after pinning.
+    pub fn resolve(&self, d: &Dim) -> Dim {
+        match d {
+            Dim::Sym(s) => self.pinned.get(s).map_or_else(|| d.clone(), |&n| Dim::Static(n)),
+            Dim::Static(_) => d.clone(),
+        }
+    }
+}
+
+/// One recorded op, as the profiler hook sees it.
+#[derive(Clone, Debug)]
+pub struct TraceEvent<'a> {
+    /// The new node.
+    pub node: NodeId,
+    /// Its op's name.
+    pub op: &'static str,
+    /// The module path that recorded it.
+    pub path: &'a str,
+    /// Its type.
+    pub ty: &'a TensorType,
+}
+
+/// A callback told about every recorded op (counting ops per module, say).
+pub type Profiler = Box<dyn FnMut(&TraceEvent<'_>)>;
+
+/// How to trace: mode, seed, run id, shape policy and the graph's name.
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    /// Train or inference.
+    pub mode: Mode,
+    /// Seeds parameter initialisers and dropout masks.
+    pub seed: u64,
+    /// Identifies the run in manifests and logs.
+    pub run_id: String,
+    /// Which dims are symbolic.
+    pub shape: ShapePolicy,
+    /// The graph's name.
+    pub name: String,
+}
+
+impl Default for TraceOptions {
+    fn default() -> TraceOptions {
+        TraceOptions {
+            mode: Mode::Inference,
+            seed: 0,
+            run_id: "run-0".into(),
+            shape: ShapePolicy::symbolic(),
+            name: "model".into(),
+        }
+    }
+}
+
+/// The state tensors share with their context: the graph being built and the scope stack.
+pub(crate) struct TraceState {
+    pub(crate) graph: Graph,
+    pub(crate) scopes: Vec<String>,
+    pub(crate) profiler: Option<Profiler>,
+}
+
+impl TraceState {
+    pub(crate) fn path(&self) -> String {
+        self.scopes.join(".")
+    }
+}
+
+pub(crate) type Shared = Rc<RefCell<TraceState>>;
+
+/// The context a model is traced through.
+pub struct ForwardCtx {
+    pub(crate) state: Shared,
+    options: TraceOptions,
+    params: Vec<ParamSpec>,
+    dropouts: u32,
+}
+
+/// A traced model: its graph and the parameters it declared (with their initialisers).
+#[derive(Debug)]
+pub struct Traced {
+    /// The verified graph.
+    pub graph: Graph,
+    /// Parameters in declaration order.
+    pub params: Vec<ParamSpec>,
+}
+
+/// Trace `f` into a graph whose outputs are the returned tensors, named `out0`, `out1`, ...
+pub fn trace(options: TraceOptions, f: impl FnOnce(&mut ForwardCtx) -> Result<Vec<Tensor>>) -> Result<Traced> {
+    trace_named(options, |ctx| Ok(f(ctx)?.into_iter().enumerate().map(|(i, t)| (format!("out{i}"), t)).collect()))
+}
+
+/// Trace `f` into a graph whose outputs are the returned named tensors.
+pub fn trace_named(
+    options: TraceOptions,
+    f: impl FnOnce(&mut ForwardCtx) -> Result<Vec<(String, Tensor)>>,
+) -> Result<Traced> {
+    let mut ctx = ForwardCtx::new(options);
+    let outputs = f(&mut ctx)?;
+    ctx.finish(outputs)
+}
+
+impl ForwardCtx {
+    /// A fresh context with an empty graph.
+    pub fn new(options: TraceOptions) -> ForwardCtx {
+        let state = TraceState { graph: Graph::new(options.name.clone()), scopes: Vec::new(), profiler: None };
+        ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0 }
+    }
+
+    /// Train or inference.
+    pub fn mode(&self) -> Mode {
+        self.options.mode
+    }
+
+    /// The run id.
+    pub fn run_id(&self) -> &str {
+        &self.options.run_id
+    }
+
+    /// The trace seed.
+    pub fn seed(&self) -> u64 {
+        self.options.seed
+    }
+
+    /// The shape policy.
+    pub fn shape_policy(&self) -> &ShapePolicy {
+        &self.options.shape
+    }
+
+    /// Install a profiler hook, told about every op recorded from now on.
+    pub fn set_profiler(&mut self, profiler: Profiler) {
+        self.state.borrow_mut().profiler = Some(profiler);
+    }
+
+    /// The current module path (`encoder.layer.0.attention`).
+    pub fn path(&self) -> String {
+        self.state.borrow().path()
+    }
+
+    /// Run `f` inside the module scope `name` (dots allowed): nodes record the extended path
+    /// and parameters are named under it.
+    pub fn scope<R>(&mut self, name: &str, f: impl FnOnce(&mut ForwardCtx) -> R) -> R {
+        self.state.borrow_mut().scopes.push(name.to_string());
+        let out = f(self);
+        self.state.borrow_mut().scopes.pop();
+        out
+    }
+
+    fn declare(&mut self, op: Op, ty: TensorType) -> Result<Tensor> {
+        let path = self.path();
+        let id = self.state.borrow_mut().graph.declare(op, ty, &path)?;
+        Ok(Tensor::recorded(&self.state, id))
+    }
+
+    fn shape(&self, dims: &[Dim]) -> Shape {
+        Shape(dims.iter().map(|d| self.options.shape.resolve(d)).collect())
+    }
+
+    /// A graph input (not scoped: inputs are named as given).
+    pub fn input(&mut self, name: &str, dims: &[Dim], dtype: DType) -> Result<Tensor> {
+        let ty = TensorType::new(dtype, self.shape(dims));
+        let id = self.state.borrow_mut().graph.input(name, ty)?;
+        Ok(Tensor::recorded(&self.state, id))
+    }
+
+    /// An f32 parameter named `{path}.{name}`, initialised by `init` (see `Traced::params`).
+    /// Parameter shapes must be static.
+    pub fn param(&mut self, name: &str, dims: &[Dim], init: Init) -> Result<Tensor> {
+        self.param_typed(name, dims, DType::F32, init)
+    }
+
+    /// A parameter of any float dtype.
+    pub fn param_typed(&mut self, name: &str, dims: &[Dim], dtype: DType, init: Init) -> Result<Tensor> {
+        let path = self.path();
+        let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
+        let bad_init = match init {
+            Init::Normal { std } => !(std.is_finite() && std >= 0.0),
+            Init::Uniform { low, high } => !(low.is_finite() && high.is_finite() && low < high),
+            Init::Zeros | Init::Ones => false,
+        };
+        if bad_init {
+            return Err(Error::Param { name: full, message: format!("invalid initialiser {init:?}") });
+        }
+        let shape = self.shape(dims);
+        let Some(static_dims) = shape.0.iter().map(Dim::as_static).collect::<Option<Vec<usize>>>() else {
+            let message = format!("shape {shape} is not static (parameters need fixed sizes)");
+            return Err(Error::Param { name: full, message });
+        };
+        let ty = TensorType::new(dtype, shape);
+        let id = self.state.borrow_mut().graph.param(&full, ty, &path)?;
+        self.params.push(ParamSpec { name: full, dtype, shape: static_dims, init });
+        Ok(Tensor::recorded(&self.state, id))
+    }
+
+    /// A constant filled with `value`.
+    pub fn full(&mut self, value: f64, dims: &[Dim], dtype: DType) -> Result<Tensor> {
+        let ty = TensorType::new(dtype, self.shape(dims));
+        self.declare(Op::Constant { value: Literal::Splat(F64(value)) }, ty)
+    }
+
+    /// A scalar constant.
+    pub fn scalar(&mut self, value: f64, dtype: DType) -> Result<Tensor> {
+        self.full(value, &[], dtype)
+    }
+
+    /// A constant with one value per element (row-major).
+    pub fn constant(&mut self, values: &[f64], dims: &[usize], dtype: DType) -> Result<Tensor> {
+        let ty = TensorType::new(dtype, Shape::of(dims));
+        self.declare(Op::Constant { value: Literal::Dense(values.iter().map(|&v| F64(v)).collect()) }, ty)
+    }
+
+    /// Each element's index along `axis` (positions, masks).
+    pub fn iota(&mut self, dims: &[Dim], axis: usize, dtype: DType) -> Result<Tensor> {
+        let ty = TensorType::new(dtype, self.shape(dims));
+        self.declare(Op::Iota { axis }, ty)
+    }
+
+    /// Uniform `[0, 1)` noise from the next seed of this trace's dropout stream.
+    pub fn random_uniform(&mut self, dims: &[Dim], dtype: DType) -> Result<Tensor> {
+        let seed = self.next_seed();
+        let ty = TensorType::new(dtype, self.shape(dims));
+        self.declare(Op::RandomUniform { seed }, ty)
+    }
+
+    /// Seeds for random ops: a pure function of the trace seed and a counter, so a trace is
+    /// reproducible and two dropouts never share a mask.
+    fn next_seed(&mut self) -> u32 {
+        self.dropouts += 1;
+        let mixed =
+            crate::init::splitmix64(self.options.seed ^ u64::from(self.dropouts).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        (mixed >> 32) as u32
+    }
+
+    /// Finish: set outputs and verify.
+    pub fn finish(self, outputs: Vec<(String, Tensor)>) -> Result<Traced> {
+        let mut state = self.state.borrow_mut();
+        for (name, t) in &outputs {
+            if !Rc::ptr_eq(&t.state, &self.state) {
+                return Err(Error::ForeignTensor { op: "output".into(), path: name.clone() });
+            }
+            state.graph.set_output(name, t.id)?;
+        }
+        rustral_ir::verify(&state.graph).map_err(rustral_ir::IrError::from)?;
+        let graph = std::mem::take(&mut state.graph);
+        Ok(Traced { graph, params: self.params })
+    }
+}

@@ -1,0 +1,29 @@
+//! Layers, traced as primitives. Each layer holds its configuration and the name of its scope;
+//! `forward` records its ops under that scope and declares its parameters there, so names
+//! come out as checkpoints spell them (`encoder.layer.0.attention.self.query.weight`).
+
+mod activation;
+mod attention;
+mod block;
+mod dropout;
+mod ffn;
+mod linear;
+mod loss;
+mod norm;
+
+pub use activation::{Activation, gelu, silu};
+pub use attention::{MultiHeadAttention, QkvProjection, Rope, padding_mask};
+pub use block::{BertLayer, Gpt2Block, LlamaBlock};
+pub use dropout::Dropout;
+pub use ffn::{Mlp, SwiGlu};
+pub use linear::{Embedding, Linear, WeightLayout};
+pub use loss::cross_entropy;
+pub use norm::{LayerNorm, RmsNorm};
+
+use crate::{ForwardCtx, Result, Tensor};
+
+/// A layer of one input and one output.
+pub trait Module {
+    /// Trace the layer on `x` under its own scope.
+    fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor>;
+}

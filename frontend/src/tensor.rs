@@ -1,0 +1,344 @@
+//! `Tensor`: a handle to a traced value. Every method records one op (or a few primitives)
+//! in the graph of the context that made the tensor, under the current module path, and
+//! returns a `Result`: a shape error names the op, both shapes and the module path.
+
+use crate::ctx::{Shared, TraceEvent};
+use crate::error::{Error, Result};
+use rustral_ir::{BinaryOp, DType, Dim, F64, Literal, NodeId, Op, ReduceOp, Shape, TensorType, UnaryOp};
+use std::rc::Rc;
+
+/// A traced tensor value.
+#[derive(Clone)]
+pub struct Tensor {
+    pub(crate) state: Shared,
+    pub(crate) id: NodeId,
+    ty: TensorType,
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor(%{} {})", self.id.index(), self.ty)
+    }
+}
+
+impl Tensor {
+    pub(crate) fn recorded(state: &Shared, id: NodeId) -> Tensor {
+        let ty = state.borrow().graph.node(id).expect("just recorded").ty.clone();
+        Tensor { state: Rc::clone(state), id, ty }
+    }
+
+    /// The node this tensor is.
+    pub fn node(&self) -> NodeId {
+        self.id
+    }
+
+    /// Its type.
+    pub fn ty(&self) -> &TensorType {
+        &self.ty
+    }
+
+    /// Its element type.
+    pub fn dtype(&self) -> DType {
+        self.ty.dtype
+    }
+
+    /// Its dims.
+    pub fn dims(&self) -> &[Dim] {
+        &self.ty.shape.0
+    }
+
+    /// Its rank.
+    pub fn rank(&self) -> usize {
+        self.ty.rank()
+    }
+
+    /// The dim at `axis` (negative counts from the end).
+    pub fn dim(&self, axis: isize) -> Result<Dim> {
+        let a = self.axis("dim", axis)?;
+        Ok(self.ty.shape.0[a].clone())
+    }
+
+    /// Record `op` on `self` and `others`.
+    fn record(&self, op: Op, others: &[&Tensor]) -> Result<Tensor> {
+        let mut ids = vec![self.id];
+        for t in others {
+            if !Rc::ptr_eq(&t.state, &self.state) {
+                return Err(Error::ForeignTensor { op: op.name().into(), path: self.state.borrow().path() });
+            }
+            ids.push(t.id);
+        }
+        let mut state = self.state.borrow_mut();
+        let path = state.path();
+        let name = op.name();
+        let id = state.graph.add(op, &ids, &path)?;
+        let ty = state.graph.node(id).expect("just added").ty.clone();
+        if let Some(profiler) = state.profiler.as_mut() {
+            profiler(&TraceEvent { node: id, op: name, path: &path, ty: &ty });
+        }
+        drop(state);
+        Ok(Tensor { state: Rc::clone(&self.state), id, ty })
+    }
+
+    fn error(&self, op: &str, message: String) -> Error {
+        Error::Argument { op: op.into(), path: self.state.borrow().path(), message }
+    }
+
+    /// Resolve a possibly negative axis.
+    fn axis(&self, op: &str, axis: isize) -> Result<usize> {
+        let r = self.rank() as isize;
+        let a = if axis < 0 { axis + r } else { axis };
+        if a < 0 || a >= r.max(0) {
+            return Err(self.error(op, format!("axis {axis} out of range for {}", self.ty)));
+        }
+        Ok(a as usize)
+    }
+
+    /// A scalar constant of this tensor's dtype, recorded under the current path.
+    fn scalar_like(&self, value: f64) -> Result<Tensor> {
+        let mut state = self.state.borrow_mut();
+        let path = state.path();
+        let ty = TensorType::new(self.dtype(), Shape::scalar());
+        let id = state.graph.declare(Op::Constant { value: Literal::Splat(F64(value)) }, ty, &path)?;
+        drop(state);
+        Ok(Tensor::recorded(&self.state, id))
+    }
+
+    fn unary(&self, u: UnaryOp) -> Result<Tensor> {
+        self.record(Op::Unary(u), &[])
+    }
+
+    fn binary(&self, b: BinaryOp, other: &Tensor) -> Result<Tensor> {
+        self.record(Op::Binary(b), &[other])
+    }
+}
+
+/// Elementwise unary methods, one per IR unary op.
+macro_rules! unary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
+        impl Tensor {
+            $($(#[$doc])* pub fn $name(&self) -> Result<Tensor> { self.unary(UnaryOp::$op) })*
+        }
+    };
+}
+
+unary_methods! {
+    /// `-x`.
+    neg => Neg;
+    /// `|x|`.
+    abs => Abs;
+    /// `e^x`.
+    exp => Exp;
+    /// Natural log.
+    log => Log;
+    /// Square root.
+    sqrt => Sqrt;
+    /// `1 / sqrt(x)`.
+    rsqrt => Rsqrt;
+    /// `1 / x`.
+    recip => Recip;
+    /// Hyperbolic tangent.
+    tanh => Tanh;
+    /// Logistic sigmoid.
+    sigmoid => Sigmoid;
+    /// `max(x, 0)`.
+    relu => Relu;
+    /// Error function.
+    erf => Erf;
+    /// Sine.
+    sin => Sin;
+    /// Cosine.
+    cos => Cos;
+}
+
+/// Elementwise binary methods (numpy broadcasting), one per IR binary op.
+macro_rules! binary_methods {
+    ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
+        impl Tensor {
+            $($(#[$doc])* pub fn $name(&self, other: &Tensor) -> Result<Tensor> { self.binary(BinaryOp::$op, other) })*
+        }
+    };
+}
+
+binary_methods! {
+    /// `a + b`.
+    add => Add;
+    /// `a - b`.
+    sub => Sub;
+    /// `a * b`.
+    mul => Mul;
+    /// `a / b`.
+    div => Div;
+    /// `a ^ b`.
+    pow => Pow;
+    /// Elementwise maximum.
+    maximum => Max;
+    /// Elementwise minimum.
+    minimum => Min;
+    /// `a == b` (bool).
+    eq => Eq;
+    /// `a != b` (bool).
+    ne => Ne;
+    /// `a < b` (bool).
+    lt => Lt;
+    /// `a <= b` (bool).
+    le => Le;
+    /// `a > b` (bool).
+    gt => Gt;
+    /// `a >= b` (bool).
+    ge => Ge;
+}
+
+impl Tensor {
+    /// `x + c`.
+    pub fn add_scalar(&self, c: f64) -> Result<Tensor> {
+        self.add(&self.scalar_like(c)?)
+    }
+
+    /// `x * c`.
+    pub fn mul_scalar(&self, c: f64) -> Result<Tensor> {
+        self.mul(&self.scalar_like(c)?)
+    }
+
+    /// `x / c`.
+    pub fn div_scalar(&self, c: f64) -> Result<Tensor> {
+        self.div(&self.scalar_like(c)?)
+    }
+
+    /// `x ^ c`.
+    pub fn pow_scalar(&self, c: f64) -> Result<Tensor> {
+        self.pow(&self.scalar_like(c)?)
+    }
+
+    /// `x * x`.
+    pub fn square(&self) -> Result<Tensor> {
+        self.mul(self)
+    }
+
+    /// `self ? on_true : on_false` (self is bool), broadcasting all three.
+    pub fn select(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
+        self.record(Op::Where, &[on_true, on_false])
+    }
+
+    /// Convert to `dtype`.
+    pub fn cast(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype() {
+            return Ok(self.clone());
+        }
+        self.record(Op::Cast { to: dtype }, &[])
+    }
+
+    fn reduce(&self, op: ReduceOp, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        let mut resolved = axes.iter().map(|&a| self.axis(op.name(), a)).collect::<Result<Vec<usize>>>()?;
+        resolved.sort_unstable();
+        resolved.dedup();
+        self.record(Op::Reduce { op, axes: resolved, keepdim }, &[])
+    }
+
+    /// Sum over `axes` (negative axes count from the end).
+    pub fn sum(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Sum, axes, keepdim)
+    }
+
+    /// Mean over `axes`.
+    pub fn mean(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Mean, axes, keepdim)
+    }
+
+    /// Maximum over `axes`.
+    pub fn max(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Max, axes, keepdim)
+    }
+
+    /// Minimum over `axes`.
+    pub fn min(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
+        self.reduce(ReduceOp::Min, axes, keepdim)
+    }
+
+    /// Batched matrix product (batch dims broadcast).
+    pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
+        self.record(Op::MatMul, &[other])
+    }
+
+    /// Same elements, new shape (element counts must agree, symbolically).
+    pub fn reshape(&self, dims: &[Dim]) -> Result<Tensor> {
+        self.record(Op::Reshape { shape: Shape(dims.to_vec()) }, &[])
+    }
+
+    /// Reorder axes: `out.dims[i] = in.dims[perm[i]]`.
+    pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
+        self.record(Op::Permute { perm: perm.to_vec() }, &[])
+    }
+
+    /// Swap two axes (negative axes count from the end).
+    pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
+        let (a, b) = (self.axis("transpose", d0)?, self.axis("transpose", d1)?);
+        let mut perm: Vec<usize> = (0..self.rank()).collect();
+        perm.swap(a, b);
+        self.permute(&perm)
+    }
+
+    /// Broadcast to `dims` by numpy's rules.
+    pub fn broadcast_to(&self, dims: &[Dim]) -> Result<Tensor> {
+        self.record(Op::BroadcastTo { shape: Shape(dims.to_vec()) }, &[])
+    }
+
+    /// Elements `start..end` along `axis`.
+    pub fn slice(&self, axis: isize, start: usize, end: impl Into<Dim>) -> Result<Tensor> {
+        let axis = self.axis("slice", axis)?;
+        self.record(Op::Slice { axis, start, end: end.into() }, &[])
+    }
+
+    /// Join `parts` along `axis`.
+    pub fn concat(parts: &[&Tensor], axis: isize) -> Result<Tensor> {
+        let (first, rest) = parts.split_first().ok_or_else(|| Error::Argument {
+            op: "concat".into(),
+            path: String::new(),
+            message: "needs at least one tensor".into(),
+        })?;
+        let axis = first.axis("concat", axis)?;
+        first.record(Op::Concat { axis }, rest)
+    }
+
+    /// `take(self, indices, axis)`: rows of a table (embedding lookup with `axis = 0`).
+    pub fn gather(&self, indices: &Tensor, axis: isize) -> Result<Tensor> {
+        let axis = self.axis("gather", axis)?;
+        self.record(Op::Gather { axis }, &[indices])
+    }
+
+    /// Softmax along `axis`, traced as primitives: `exp(x - max) / sum(exp(x - max))`.
+    pub fn softmax(&self, axis: isize) -> Result<Tensor> {
+        let shifted = self.sub(&self.max(&[axis], true)?)?;
+        let e = shifted.exp()?;
+        e.div(&e.sum(&[axis], true)?)
+    }
+
+    /// Log-softmax along `axis`: `(x - max) - log(sum(exp(x - max)))`.
+    pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
+        let shifted = self.sub(&self.max(&[axis], true)?)?;
+        shifted.sub(&shifted.exp()?.sum(&[axis], true)?.log()?)
+    }
+}
+
+/// `&a + &b` and friends trace the same ops as the methods.
+macro_rules! operator {
+    ($trait:ident, $method:ident, $call:ident) => {
+        impl std::ops::$trait<&Tensor> for &Tensor {
+            type Output = Result<Tensor>;
+            fn $method(self, rhs: &Tensor) -> Result<Tensor> {
+                self.$call(rhs)
+            }
+        }
+    };
+}
+
+operator!(Add, add, add);
+operator!(Sub, sub, sub);
+operator!(Mul, mul, mul);
+operator!(Div, div, div);
+
+impl std::ops::Neg for &Tensor {
+    type Output = Result<Tensor>;
+    fn neg(self) -> Result<Tensor> {
+        Tensor::neg(self)
+    }
+}

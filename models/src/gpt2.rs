@@ -1,0 +1,128 @@
+//! GPT-2: pre-LN blocks, learned positions, `Conv1D` weights stored `[in, out]`, GELU (tanh),
+//! causal attention, final `ln_f`, output projection tied to the token embedding.
+
+use crate::config::{ConfigError, read_json};
+use rustral_frontend::nn::{
+    Activation, Dropout, Embedding, Gpt2Block, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection,
+};
+use rustral_frontend::{DType, Dim, ForwardCtx, Init, Result, Tensor};
+use serde::Deserialize;
+use std::path::Path;
+
+/// The fields of a Hugging Face GPT-2 `config.json` that the model uses.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub struct Gpt2Config {
+    /// Token vocabulary.
+    pub vocab_size: usize,
+    /// Model width.
+    pub n_embd: usize,
+    /// Blocks.
+    pub n_layer: usize,
+    /// Attention heads.
+    pub n_head: usize,
+    /// Position table rows.
+    pub n_positions: usize,
+    /// Feed-forward width (4 * n_embd when absent).
+    #[serde(default)]
+    pub n_inner: Option<usize>,
+    /// LayerNorm epsilon.
+    pub layer_norm_epsilon: f64,
+    /// `gelu_new` for GPT-2.
+    pub activation_function: String,
+    /// Residual dropout (training only).
+    #[serde(default)]
+    pub resid_pdrop: f64,
+    /// Embedding dropout (training only).
+    #[serde(default)]
+    pub embd_pdrop: f64,
+    /// Attention dropout (training only).
+    #[serde(default)]
+    pub attn_pdrop: f64,
+}
+
+impl Gpt2Config {
+    /// Read a `config.json`.
+    pub fn from_file(path: &Path) -> Result<Gpt2Config, ConfigError> {
+        read_json(path)
+    }
+
+    /// A small config for tests and snapshots.
+    pub fn tiny(layers: usize) -> Gpt2Config {
+        Gpt2Config {
+            vocab_size: 50,
+            n_embd: 32,
+            n_layer: layers,
+            n_head: 4,
+            n_positions: 16,
+            n_inner: None,
+            layer_norm_epsilon: 1e-5,
+            activation_function: "gelu_new".into(),
+            resid_pdrop: 0.1,
+            embd_pdrop: 0.1,
+            attn_pdrop: 0.1,
+        }
+    }
+}
+
+/// GPT-2 with parameters named as in `GPT2LMHeadModel` checkpoints.
+#[derive(Clone, Debug)]
+pub struct Gpt2 {
+    /// Its config.
+    pub config: Gpt2Config,
+}
+
+impl Gpt2 {
+    /// Declare `input_ids: i64[batch, seq]`.
+    pub fn input(&self, ctx: &mut ForwardCtx) -> Result<Tensor> {
+        ctx.input("input_ids", &[Dim::sym("batch"), Dim::sym("seq")], DType::I64)
+    }
+
+    /// Logits `[batch, seq, vocab]`.
+    pub fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
+        let c = &self.config;
+        let d = c.n_embd;
+        let act = Activation::from_hf(&c.activation_function).ok_or_else(|| rustral_frontend::Error::Argument {
+            op: "gpt2".into(),
+            path: String::new(),
+            message: format!("unsupported activation_function {:?}", c.activation_function),
+        })?;
+        let (wte, h) = ctx.scope("transformer", |ctx| {
+            let wte = Embedding::new("wte", c.vocab_size, d).weight(ctx)?;
+            let tokens = ctx.scope("wte", |_| wte.gather(ids, 0))?;
+            let positions = ctx.scope("wpe", |ctx| {
+                let table =
+                    ctx.param("weight", &[Dim::fixed(c.n_positions), Dim::fixed(d)], Init::Normal { std: 0.01 })?;
+                table.slice(0, 0, ids.dim(1)?)
+            })?;
+            let mut h = Dropout { p: c.embd_pdrop }.forward(ctx, &tokens.add(&positions)?)?;
+            for i in 0..c.n_layer {
+                let block = Gpt2Block {
+                    ln_1: LayerNorm::new("ln_1", d, c.layer_norm_epsilon),
+                    attn: MultiHeadAttention {
+                        name: "attn".into(),
+                        n_heads: c.n_head,
+                        n_kv_heads: c.n_head,
+                        head_dim: d / c.n_head,
+                        qkv: QkvProjection::Fused(Linear::conv1d("c_attn", d, 3 * d)),
+                        out: Linear::conv1d("c_proj", d, d),
+                        rope: None,
+                        causal: true,
+                        divide_scores: true,
+                        dropout: Dropout { p: c.attn_pdrop },
+                    },
+                    ln_2: LayerNorm::new("ln_2", d, c.layer_norm_epsilon),
+                    mlp: Mlp {
+                        up: Linear::conv1d("mlp.c_fc", d, c.n_inner.unwrap_or(4 * d)),
+                        act,
+                        down: Linear::conv1d("mlp.c_proj", c.n_inner.unwrap_or(4 * d), d),
+                    },
+                    dropout: Dropout { p: c.resid_pdrop },
+                };
+                h = ctx.scope(&format!("h.{i}"), |ctx| block.forward(ctx, &h))?;
+            }
+            let h = LayerNorm::new("ln_f", d, c.layer_norm_epsilon).forward(ctx, &h)?;
+            Ok::<_, rustral_frontend::Error>((wte, h))
+        })?;
+        ctx.scope("lm_head", |_| h.matmul(&wte.transpose(0, 1)?))
+    }
+}

@@ -1,0 +1,55 @@
+//! Reference parity: our traced GPT-2 and LLaMA, run on the reference interpreter with the
+//! fixtures' weights, against the logits Hugging Face transformers computed
+//! (`../shared/fixtures/tiny-*`). Tolerance: 1e-4 absolute on every logit.
+
+mod common;
+use common::{feeds, fixture, ids, max_abs_diff, read_npy, run};
+use rustral_frontend::{ParamStore, TraceOptions, trace};
+use rustral_models::{Gpt2, Gpt2Config, Llama, LlamaConfig};
+
+fn input_ids(dir: &str) -> Vec<Vec<i64>> {
+    let io: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(dir).join("io.json")).unwrap()).unwrap();
+    io["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect())
+        .collect()
+}
+
+#[test]
+fn gpt2_logits_match_transformers() {
+    let dir = fixture("tiny-gpt2");
+    let model = Gpt2 { config: Gpt2Config::from_file(&dir.join("config.json")).unwrap() };
+    let traced = trace(TraceOptions::default(), |ctx| {
+        let x = model.input(ctx)?;
+        Ok(vec![model.forward(ctx, &x)?])
+    })
+    .unwrap();
+    let params = ParamStore::load_safetensors(&dir.join("model.safetensors"), &traced.params, &[]).unwrap();
+    let logits = run(&traced, &feeds(&params, vec![("input_ids", ids(&input_ids("tiny-gpt2")))]));
+    let (shape, want) = read_npy(&dir.join("logits.npy"));
+    assert_eq!(logits.shape(), shape.as_slice());
+    let err = max_abs_diff(&logits.to_vec(), &want);
+    println!("gpt2 logits: max abs error {err:.3e} over {} values", want.len());
+    assert!(err < 1e-4, "max abs error {err}");
+}
+
+#[test]
+fn llama_logits_match_transformers() {
+    let dir = fixture("tiny-llama");
+    let model = Llama { config: LlamaConfig::from_file(&dir.join("config.json")).unwrap() };
+    let traced = trace(TraceOptions::default(), |ctx| {
+        let x = model.input(ctx)?;
+        Ok(vec![model.forward(ctx, &x)?])
+    })
+    .unwrap();
+    let params = ParamStore::load_safetensors(&dir.join("model.safetensors"), &traced.params, &[]).unwrap();
+    let logits = run(&traced, &feeds(&params, vec![("input_ids", ids(&input_ids("tiny-llama")))]));
+    let (shape, want) = read_npy(&dir.join("logits.npy"));
+    assert_eq!(logits.shape(), shape.as_slice());
+    let err = max_abs_diff(&logits.to_vec(), &want);
+    println!("llama logits: max abs error {err:.3e} over {} values", want.len());
+    assert!(err < 1e-4, "max abs error {err}");
+}
