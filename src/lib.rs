@@ -1,8 +1,8 @@
 //! Rustral: a deep-learning framework built as a compiler.
 //!
-//! Models are traced into a typed dataflow IR ([`ir`]), optimized by passes, lowered to
-//! targets and run ([`runtime`]). This facade re-exports the crates so that users depend on
-//! one; [`prelude`] holds what model code and tools use most.
+//! Models are traced into a typed dataflow IR ([`ir`]) through [`frontend`], optimized by
+//! passes, lowered to targets and run ([`runtime`]). This facade re-exports the crates so
+//! that users depend on one; [`prelude`] holds what model code and tools use most.
 
 pub use rustral_frontend as frontend;
 pub use rustral_ir as ir;
@@ -11,8 +11,29 @@ pub use rustral_models as models;
 pub use rustral_passes as passes;
 pub use rustral_runtime as runtime;
 
-/// The names most programs need.
+/// Any error a Rustral program can meet, from tracing to running.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Tracing or parameter handling failed.
+    #[error(transparent)]
+    Frontend(#[from] rustral_frontend::Error),
+    /// An IR error (parse, verify, decode).
+    #[error(transparent)]
+    Ir(#[from] rustral_ir::IrError),
+    /// Evaluation failed.
+    #[error(transparent)]
+    Eval(#[from] rustral_runtime::reference::EvalError),
+}
+
+/// Rustral's result type; model files return `rustral::Result<Vec<Tensor>>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The names most programs need: `use rustral::prelude::*;`.
 pub mod prelude {
+    pub use rustral_frontend::nn::Module;
+    pub use rustral_frontend::{
+        ForwardCtx, Init, Mode, ParamStore, ShapePolicy, Tensor, TraceOptions, trace, trace_model,
+    };
     pub use rustral_ir::{DType, Dim, Graph, NodeId, Op, Shape, TensorType};
     pub use rustral_runtime::HostTensor;
     pub use rustral_runtime::reference::evaluate;

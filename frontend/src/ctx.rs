@@ -126,7 +126,18 @@ pub struct Traced {
 
 /// Trace `f` into a graph whose outputs are the returned tensors, named `out0`, `out1`, ...
 pub fn trace(options: TraceOptions, f: impl FnOnce(&mut ForwardCtx) -> Result<Vec<Tensor>>) -> Result<Traced> {
-    trace_named(options, |ctx| Ok(f(ctx)?.into_iter().enumerate().map(|(i, t)| (format!("out{i}"), t)).collect()))
+    trace_model(options, f)
+}
+
+/// As `trace`, for an entry point with its own error type that frontend errors convert into:
+/// a model file's `pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>>`.
+pub fn trace_model<E: From<Error>>(
+    options: TraceOptions,
+    f: impl FnOnce(&mut ForwardCtx) -> Result<Vec<Tensor>, E>,
+) -> Result<Traced, E> {
+    let mut ctx = ForwardCtx::new(options);
+    let outputs = f(&mut ctx)?.into_iter().enumerate().map(|(i, t)| (format!("out{i}"), t)).collect();
+    Ok(ctx.finish(outputs)?)
 }
 
 /// Trace `f` into a graph whose outputs are the returned named tensors.
@@ -179,6 +190,9 @@ impl ForwardCtx {
     /// Run `f` inside the module scope `name` (dots allowed): nodes record the extended path
     /// and parameters are named under it.
     pub fn scope<R>(&mut self, name: &str, f: impl FnOnce(&mut ForwardCtx) -> R) -> R {
+        if name.is_empty() {
+            return f(self);
+        }
         self.state.borrow_mut().scopes.push(name.to_string());
         let out = f(self);
         self.state.borrow_mut().scopes.pop();

@@ -11,7 +11,7 @@ pub enum Error {
     #[error("{0}")]
     Ir(#[from] IrError),
     /// A tensor used in a trace other than the one that made it.
-    #[error("tensor from another trace used in `{op}` at {path}")]
+    #[error("tensor from another trace used in `{op}`{}", at(.path))]
     ForeignTensor {
         /// Op being traced.
         op: String,
@@ -19,7 +19,7 @@ pub enum Error {
         path: String,
     },
     /// A bad argument to a tensor method (an axis out of range, a bad split).
-    #[error("`{op}` at {path}: {message}")]
+    #[error("`{op}`{}: {message}", at(.path))]
     Argument {
         /// Op being traced.
         op: String,
@@ -44,6 +44,11 @@ pub enum Error {
         /// Why.
         message: String,
     },
+}
+
+/// ` at {path}`, or nothing at the top level.
+fn at(path: &str) -> String {
+    if path.is_empty() { String::new() } else { format!(" at {path}") }
 }
 
 /// The frontend's result type.

@@ -12,7 +12,9 @@ pub mod nn;
 mod params;
 mod tensor;
 
-pub use ctx::{ForwardCtx, Mode, Profiler, ShapePolicy, TraceEvent, TraceOptions, Traced, trace, trace_named};
+pub use ctx::{
+    ForwardCtx, Mode, Profiler, ShapePolicy, TraceEvent, TraceOptions, Traced, trace, trace_model, trace_named,
+};
 pub use error::{Error, Result};
 pub use init::{Init, ParamSpec};
 pub use params::{ParamStore, ParamValue};

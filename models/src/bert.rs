@@ -147,6 +147,7 @@ impl Bert {
             attention,
             attention_norm: LayerNorm::new("attention.output.LayerNorm", d, c.layer_norm_eps),
             ffn: Mlp {
+                name: String::new(),
                 up: Linear::new("intermediate.dense", d, c.intermediate_size, true),
                 act,
                 down: Linear::new("output.dense", c.intermediate_size, d, true),

@@ -112,9 +112,10 @@ impl Gpt2 {
                     },
                     ln_2: LayerNorm::new("ln_2", d, c.layer_norm_epsilon),
                     mlp: Mlp {
-                        up: Linear::conv1d("mlp.c_fc", d, c.n_inner.unwrap_or(4 * d)),
+                        name: "mlp".into(),
+                        up: Linear::conv1d("c_fc", d, c.n_inner.unwrap_or(4 * d)),
                         act,
-                        down: Linear::conv1d("mlp.c_proj", c.n_inner.unwrap_or(4 * d), d),
+                        down: Linear::conv1d("c_proj", c.n_inner.unwrap_or(4 * d), d),
                     },
                     dropout: Dropout { p: c.resid_pdrop },
                 };

@@ -7,10 +7,12 @@ mod bert;
 mod config;
 mod gpt2;
 mod llama;
+mod minilm;
 mod mlp;
 
-pub use bert::{Bert, BertConfig};
+pub use bert::{BERT_UNUSED_WEIGHTS, Bert, BertConfig};
 pub use config::ConfigError;
 pub use gpt2::{Gpt2, Gpt2Config};
 pub use llama::{Llama, LlamaConfig};
+pub use minilm::{Batch, MiniLmError, find_minilm_dir, tokenize};
 pub use mlp::{MlpConfig, MlpModel};

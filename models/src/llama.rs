@@ -118,9 +118,10 @@ impl Llama {
                     },
                     post_norm: RmsNorm::new("post_attention_layernorm", d, c.rms_norm_eps),
                     mlp: SwiGlu {
-                        gate: Linear::new("mlp.gate_proj", d, c.intermediate_size, false),
-                        up: Linear::new("mlp.up_proj", d, c.intermediate_size, false),
-                        down: Linear::new("mlp.down_proj", c.intermediate_size, d, false),
+                        name: "mlp".into(),
+                        gate: Linear::new("gate_proj", d, c.intermediate_size, false),
+                        up: Linear::new("up_proj", d, c.intermediate_size, false),
+                        down: Linear::new("down_proj", c.intermediate_size, d, false),
                     },
                 };
                 h = ctx.scope(&format!("layers.{i}"), |ctx| block.forward(ctx, &h))?;

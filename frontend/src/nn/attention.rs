@@ -66,8 +66,7 @@ impl MultiHeadAttention {
             let (mut q, mut k) = (self.split_heads(&q, self.n_heads)?, self.split_heads(&k, self.n_kv_heads)?);
             let v = self.repeat_kv(&self.split_heads(&v, self.n_kv_heads)?)?;
             if let Some(rope) = self.rope {
-                q = rope.apply(ctx, &q)?;
-                k = rope.apply(ctx, &k)?;
+                (q, k) = rope.apply(ctx, &q, &k)?;
             }
             let k = self.repeat_kv(&k)?;
             let scores = q.matmul(&k.transpose(-2, -1)?)?;
@@ -144,11 +143,11 @@ pub fn padding_mask(ctx: &mut ForwardCtx, mask: &Tensor) -> Result<Tensor> {
 }
 
 impl Rope {
-    /// Rotate `x` of shape `[b, h, s, d]`: `x * cos + rotate_half(x) * sin`, with angles
-    /// `position * theta^(-2i/d)` repeated over both halves.
-    pub fn apply(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
+    /// Rotate queries and keys of shape `[b, h, s, d]`: `x * cos + rotate_half(x) * sin`, with
+    /// angles `position * theta^(-2i/d)` repeated over both halves (computed once for both).
+    pub fn apply(&self, ctx: &mut ForwardCtx, q: &Tensor, k: &Tensor) -> Result<(Tensor, Tensor)> {
         ctx.scope("rope", |ctx| {
-            let (s, d) = (x.dim(2)?, x.dim(3)?);
+            let (s, d) = (q.dim(2)?, q.dim(3)?);
             let Some(d) = d.as_static().filter(|d| d % 2 == 0) else {
                 let message = format!("head dim {d} must be static and even");
                 return Err(crate::Error::Argument { op: "rope".into(), path: ctx.path(), message });
@@ -156,14 +155,17 @@ impl Rope {
             let half = d / 2;
             let inv_freq: Vec<f64> =
                 (0..half).map(|i| 1.0 / self.theta.powf((2 * i) as f64 / d as f64)).map(|f| f as f32 as f64).collect();
-            let inv_freq = ctx.constant(&inv_freq, &[1, half], x.dtype())?;
-            let pos = ctx.iota(&[s, Dim::fixed(1)], 0, x.dtype())?;
+            let inv_freq = ctx.constant(&inv_freq, &[1, half], q.dtype())?;
+            let pos = ctx.iota(&[s, Dim::fixed(1)], 0, q.dtype())?;
             let freqs = pos.mul(&inv_freq)?;
             let angles = Tensor::concat(&[&freqs, &freqs], -1)?;
             let (cos, sin) = (angles.cos()?, angles.sin()?);
-            let (x1, x2) = (x.slice(-1, 0, half)?, x.slice(-1, half, d)?);
-            let rotated = Tensor::concat(&[&x2.neg()?, &x1], -1)?;
-            x.mul(&cos)?.add(&rotated.mul(&sin)?)
+            let rotate = |x: &Tensor| -> Result<Tensor> {
+                let (x1, x2) = (x.slice(-1, 0, half)?, x.slice(-1, half, d)?);
+                let rotated = Tensor::concat(&[&x2.neg()?, &x1], -1)?;
+                x.mul(&cos)?.add(&rotated.mul(&sin)?)
+            };
+            Ok((rotate(q)?, rotate(k)?))
         })
     }
 }

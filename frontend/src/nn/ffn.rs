@@ -3,9 +3,12 @@
 use super::{Activation, Linear, Module};
 use crate::{ForwardCtx, Result, Tensor};
 
-/// `down(act(up(x)))`: BERT's intermediate/output, GPT-2's `mlp`.
+/// `down(act(up(x)))`: BERT's intermediate/output, GPT-2's `mlp`. The activation is
+/// recorded under the up projection's scope.
 #[derive(Clone, Debug)]
 pub struct Mlp {
+    /// Scope name (`mlp`; empty for BERT, whose projections sit in different modules).
+    pub name: String,
     /// Widening projection.
     pub up: Linear,
     /// Activation.
@@ -16,14 +19,19 @@ pub struct Mlp {
 
 impl Module for Mlp {
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        let h = self.act.apply(&self.up.forward(ctx, x)?)?;
-        self.down.forward(ctx, &h)
+        ctx.scope(&self.name, |ctx| {
+            let up = self.up.forward(ctx, x)?;
+            let h = ctx.scope(&self.up.name, |_| self.act.apply(&up))?;
+            self.down.forward(ctx, &h)
+        })
     }
 }
 
 /// `down(silu(gate(x)) * up(x))`: LLaMA's MLP.
 #[derive(Clone, Debug)]
 pub struct SwiGlu {
+    /// Scope name (`mlp`).
+    pub name: String,
     /// Gate projection.
     pub gate: Linear,
     /// Up projection.
@@ -34,7 +42,9 @@ pub struct SwiGlu {
 
 impl Module for SwiGlu {
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        let gated = super::silu(&self.gate.forward(ctx, x)?)?.mul(&self.up.forward(ctx, x)?)?;
-        self.down.forward(ctx, &gated)
+        ctx.scope(&self.name, |ctx| {
+            let gated = super::silu(&self.gate.forward(ctx, x)?)?.mul(&self.up.forward(ctx, x)?)?;
+            self.down.forward(ctx, &gated)
+        })
     }
 }
