@@ -66,7 +66,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let width = emb.len() / b;
     let rows: Vec<&[f64]> = emb.chunks(width).collect();
     for a in &rows {
-        let line: Vec<String> = rows.iter().map(|c| format!("{:.6}", a.iter().zip(*c).map(|(x, y)| x * y).sum::<f64>())).collect();
+        let line: Vec<String> =
+            rows.iter().map(|c| format!("{:.6}", a.iter().zip(*c).map(|(x, y)| x * y).sum::<f64>())).collect();
         println!("{}", line.join(" "));
     }
     Ok(())
