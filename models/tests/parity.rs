@@ -53,3 +53,44 @@ fn llama_logits_match_transformers() {
     println!("llama logits: max abs error {err:.3e} over {} values", want.len());
     assert!(err < 1e-4, "max abs error {err}");
 }
+
+/// Hugging Face's causal LM loss: mean cross-entropy of logits[:, :-1] against ids[:, 1:],
+/// traced with `nn::cross_entropy` on a graph pinned to the fixture's [2, 16] shape.
+fn causal_lm_loss(
+    dir: &str,
+    forward: &dyn Fn(&mut rustral_frontend::ForwardCtx) -> rustral_frontend::Result<Vec<rustral_frontend::Tensor>>,
+) -> f64 {
+    use rustral_frontend::ShapePolicy;
+    let options =
+        TraceOptions { shape: ShapePolicy::symbolic().pin("batch", 2).pin("seq", 16), ..TraceOptions::default() };
+    let traced = trace(options, forward).unwrap();
+    let params = ParamStore::load_safetensors(&fixture(dir).join("model.safetensors"), &traced.params, &[]).unwrap();
+    run(&traced, &feeds(&params, vec![("input_ids", ids(&input_ids(dir)))])).to_vec()[0]
+}
+
+fn fixture_loss(dir: &str) -> f64 {
+    let io: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(dir).join("io.json")).unwrap()).unwrap();
+    io["loss"].as_f64().unwrap()
+}
+
+#[test]
+fn gpt2_and_llama_losses_match_transformers() {
+    use rustral_frontend::nn::cross_entropy;
+    let gpt2 = Gpt2 { config: Gpt2Config::from_file(&fixture("tiny-gpt2").join("config.json")).unwrap() };
+    let loss = causal_lm_loss("tiny-gpt2", &|ctx| {
+        let x = gpt2.input(ctx)?;
+        let logits = gpt2.forward(ctx, &x)?;
+        Ok(vec![cross_entropy(ctx, &logits.slice(1, 0, 15usize)?, &x.slice(1, 1, 16usize)?)?])
+    });
+    println!("gpt2 loss {loss} vs {}", fixture_loss("tiny-gpt2"));
+    assert!((loss - fixture_loss("tiny-gpt2")).abs() < 1e-5);
+    let llama = Llama { config: LlamaConfig::from_file(&fixture("tiny-llama").join("config.json")).unwrap() };
+    let loss = causal_lm_loss("tiny-llama", &|ctx| {
+        let x = llama.input(ctx)?;
+        let logits = llama.forward(ctx, &x)?;
+        Ok(vec![cross_entropy(ctx, &logits.slice(1, 0, 15usize)?, &x.slice(1, 1, 16usize)?)?])
+    });
+    println!("llama loss {loss} vs {}", fixture_loss("tiny-llama"));
+    assert!((loss - fixture_loss("tiny-llama")).abs() < 1e-5);
+}
