@@ -1,2 +1,17 @@
-//! Graph passes (clean-up, egg fusion, elementwise fusion, autodiff). Not built yet: they
-//! arrive with the passes issue.
+//! Rustral's graph passes. [`PassManager`] runs a named pipeline (`O0`, `O1`, `O2`) with any
+//! pass switchable off by name; fusion passes saturate an e-graph per layer with egg and
+//! extract the cheapest program; elementwise fusion groups what is left into single kernels.
+
+#![deny(missing_docs)]
+
+mod cleanup;
+mod elementwise;
+pub mod fuse;
+mod manager;
+mod pipeline;
+mod stats;
+
+pub use cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
+pub use elementwise::FuseElementwise;
+pub use manager::{Compiled, OptLevel, Pass, PassError, PassManager};
+pub use stats::{CompileStats, EggStats, FUSED_KINDS, PassStats, count_fused};

@@ -1,0 +1,257 @@
+//! Fusion by equality saturation. The graph is cut into regions (one per layer: the module
+//! path up to its first numeric component, `encoder.layer.3`), so saturation cost grows with
+//! depth linearly. Each region becomes an e-graph whose leaves are the values it reads; the
+//! pass's rule family runs under node, iteration and time limits; a cost model of memory
+//! traffic picks the cheapest equivalent program; the region's results are rebuilt from it.
+//! A limit that is hit is recorded and the best program found is used: never an error.
+
+mod analysis;
+mod extract;
+mod lang;
+pub mod rules;
+
+use crate::cleanup::bump;
+use crate::manager::Pass;
+use crate::stats::{EggStats, PassStats};
+use analysis::{TensorAnalysis, TensorGraph};
+use egg::{Id, Runner, StopReason, SymbolLang};
+use lang::{Table, encode};
+use rules::Rule;
+use rustral_ir::{Graph, NodeId, Op};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+/// Saturation limits for one region.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Most e-nodes.
+    pub nodes: usize,
+    /// Most iterations.
+    pub iterations: usize,
+    /// Most time.
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { nodes: 20_000, iterations: 16, time: Duration::from_secs(2) }
+    }
+}
+
+/// Which rules a fusion pass runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// LayerNorm with and without affine.
+    LayerNorm,
+    /// RMSNorm.
+    RmsNorm,
+    /// Softmax along any axis.
+    Softmax,
+    /// Scaled dot-product attention.
+    Attention,
+    /// GELU, both forms.
+    Gelu,
+    /// SiLU.
+    Silu,
+    /// Matmul bias and activation epilogues.
+    MatMulEpilogue,
+}
+
+impl Family {
+    fn pass_name(self) -> &'static str {
+        match self {
+            Family::LayerNorm => "fuse-layer-norm",
+            Family::RmsNorm => "fuse-rms-norm",
+            Family::Softmax => "fuse-softmax",
+            Family::Attention => "fuse-attention",
+            Family::Gelu => "fuse-gelu",
+            Family::Silu => "fuse-silu",
+            Family::MatMulEpilogue => "fuse-matmul-epilogue",
+        }
+    }
+
+    /// The family's rules (the algebra rules come with every family).
+    pub fn rules(self) -> Vec<Rule> {
+        let mut r = rules::algebra::rules();
+        r.extend(match self {
+            Family::LayerNorm => rules::norm::layer_norm(),
+            Family::RmsNorm => rules::norm::rms_norm(),
+            Family::Softmax => rules::softmax::rules(),
+            Family::Attention => rules::attention::rules(),
+            Family::Gelu => rules::activation::gelu(),
+            Family::Silu => rules::activation::silu(),
+            Family::MatMulEpilogue => rules::epilogue::rules(),
+        });
+        r
+    }
+}
+
+/// One fusion pass: a rule family saturated region by region.
+pub struct Fuse {
+    /// Its rules.
+    pub family: Family,
+    /// Saturation limits per region.
+    pub limits: Limits,
+}
+
+impl Fuse {
+    /// The pass for `family` with default limits.
+    pub fn new(family: Family) -> Fuse {
+        Fuse { family, limits: Limits::default() }
+    }
+}
+
+impl Pass for Fuse {
+    fn name(&self) -> &'static str {
+        self.family.pass_name()
+    }
+
+    fn run(&self, g: &mut Graph, stats: &mut PassStats) {
+        // Dead nodes (what an earlier fusion replaced) are not worth saturating.
+        crate::cleanup::Dce.run(g, &mut PassStats::default());
+        let rules = self.family.rules();
+        let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name.to_string()).collect();
+        let mut egg_stats = EggStats::default();
+        for region in regions(g) {
+            let fired = fuse_region(g, &region, &rules, self.limits, &mut egg_stats);
+            for (rule, n) in fired.into_iter().filter(|(r, _)| !algebra.contains(r)) {
+                bump(stats, &rule, n);
+            }
+        }
+        stats.egg = Some(egg_stats);
+    }
+}
+
+/// The region key of a module path: up to and including its first numeric component
+/// (`encoder.layer.3.attention` -> `encoder.layer.3`), else its first component.
+fn region_key(path: &str) -> &str {
+    let mut end = 0;
+    for (i, part) in path.split('.').enumerate() {
+        end += part.len() + usize::from(i > 0);
+        if !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()) {
+            return &path[..end];
+        }
+    }
+    path.split('.').next().unwrap_or("")
+}
+
+/// Non-source nodes grouped by region, each in topological order; regions in order of
+/// first appearance.
+fn regions(g: &Graph) -> Vec<Vec<NodeId>> {
+    let Ok(order) = g.topo_order() else { return vec![] };
+    let mut keys: Vec<String> = Vec::new();
+    let mut groups: HashMap<String, Vec<NodeId>> = HashMap::new();
+    for id in order {
+        let node = g.node(id).expect("ordered node exists");
+        if node.op.is_source() {
+            continue;
+        }
+        let key = region_key(&node.provenance).to_string();
+        if !groups.contains_key(&key) {
+            keys.push(key.clone());
+        }
+        groups.entry(key).or_default().push(id);
+    }
+    keys.into_iter().map(|k| groups.remove(&k).unwrap_or_default()).collect()
+}
+
+/// Saturate one region and, if a family rule fired, rebuild its results from the cheapest
+/// program. Returns how often each rule fired.
+fn fuse_region(
+    g: &mut Graph,
+    region: &[NodeId],
+    rules: &[Rule],
+    limits: Limits,
+    stats: &mut EggStats,
+) -> BTreeMap<String, usize> {
+    let members: HashSet<NodeId> = region.iter().copied().collect();
+    let mut egraph = TensorGraph::new(TensorAnalysis { table: Table::default() });
+    let mut class_of: HashMap<NodeId, Id> = HashMap::new();
+    let mut provenance: Vec<(Id, String)> = Vec::new();
+    for &id in region {
+        let node = g.node(id).expect("region node exists").clone();
+        let operands = g.operands(id);
+        let rank = operands.first().and_then(|&o| g.node(o)).map_or(0, |n| n.ty.rank());
+        let mut children = Vec::with_capacity(operands.len());
+        for o in &operands {
+            let child = match class_of.get(o) {
+                Some(&c) if members.contains(o) => c,
+                _ => {
+                    let sym = egraph.analysis.table.leaf(g, *o);
+                    egraph.add(SymbolLang::leaf(sym))
+                }
+            };
+            children.push(child);
+        }
+        let class = match encode(&node.op, rank) {
+            Some(sym) => egraph.add(SymbolLang::new(sym, children)),
+            None => {
+                let sym = egraph.analysis.table.leaf(g, id);
+                egraph.add(SymbolLang::leaf(sym))
+            }
+        };
+        class_of.insert(id, class);
+        provenance.push((class, node.provenance.clone()));
+    }
+    let roots: Vec<NodeId> = region
+        .iter()
+        .copied()
+        .filter(|&id| g.outputs().iter().any(|o| o.node == id) || g.users(id).iter().any(|u| !members.contains(u)))
+        .collect();
+    let runner = Runner::default()
+        .with_egraph(egraph)
+        .with_node_limit(limits.nodes)
+        .with_iter_limit(limits.iterations)
+        .with_time_limit(limits.time)
+        .run(rules);
+    record(stats, &runner);
+    let mut fired: BTreeMap<String, usize> = BTreeMap::new();
+    for it in &runner.iterations {
+        for (name, n) in &it.applied {
+            *fired.entry(name.to_string()).or_insert(0) += n;
+        }
+    }
+    let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name.to_string()).collect();
+    if fired.keys().all(|k| algebra.contains(k)) {
+        return BTreeMap::new();
+    }
+    let egraph = runner.egraph;
+    let mut prov_of: HashMap<Id, String> = HashMap::new();
+    for (class, p) in provenance.into_iter().rev() {
+        prov_of.insert(egraph.find(class), p);
+    }
+    let mut rebuild = extract::Rebuild::new(&egraph, prov_of);
+    let mut replacements = Vec::new();
+    for root in roots {
+        match rebuild.build(g, egraph.find(class_of[&root])) {
+            Some(new) => replacements.push((root, new)),
+            None => return BTreeMap::new(),
+        }
+    }
+    for (old, new) in replacements {
+        if old != new {
+            g.replace_all_uses(old, new);
+        }
+    }
+    fired
+}
+
+fn record(stats: &mut EggStats, runner: &Runner<SymbolLang, TensorAnalysis>) {
+    stats.regions += 1;
+    stats.iterations += runner.iterations.len();
+    stats.max_egraph_nodes = stats.max_egraph_nodes.max(runner.egraph.total_number_of_nodes());
+    stats.max_egraph_classes = stats.max_egraph_classes.max(runner.egraph.number_of_classes());
+    let reason = match &runner.stop_reason {
+        Some(StopReason::Saturated) => "saturated",
+        Some(StopReason::IterationLimit(_)) => "iteration_limit",
+        Some(StopReason::NodeLimit(_)) => "node_limit",
+        Some(StopReason::TimeLimit(_)) => "time_limit",
+        _ => "other",
+    };
+    *stats.stop_reasons.entry(reason.to_string()).or_insert(0) += 1;
+}
+
+/// Is `op` one this module fuses into (used by tests)?
+pub fn is_fusion_product(op: &Op) -> bool {
+    op.is_fused()
+}

@@ -1,0 +1,42 @@
+//! The pipelines, as straight-line lists of named steps: the names are the dump labels and
+//! the ablation switches.
+
+use crate::cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
+use crate::elementwise::FuseElementwise;
+use crate::fuse::{Family, Fuse};
+use crate::manager::Pass;
+
+/// `O1`: clean-up only.
+pub fn cleanup() -> Vec<Box<dyn Pass>> {
+    vec![
+        Box::new(Dce),
+        Box::new(Cse),
+        Box::new(FoldConstants),
+        Box::new(Simplify),
+        Box::new(CanonicalizeLayout),
+        Box::new(Dce),
+    ]
+}
+
+/// `O2`: clean-up, fusion by equality saturation (attention before the layout clean-up
+/// rewrites the transposes it matches), elementwise fusion of what is left.
+pub fn full() -> Vec<Box<dyn Pass>> {
+    vec![
+        Box::new(Dce),
+        Box::new(Cse),
+        Box::new(FoldConstants),
+        Box::new(Simplify),
+        Box::new(Fuse::new(Family::LayerNorm)),
+        Box::new(Fuse::new(Family::RmsNorm)),
+        Box::new(Fuse::new(Family::Softmax)),
+        Box::new(Fuse::new(Family::Attention)),
+        Box::new(Fuse::new(Family::Gelu)),
+        Box::new(Fuse::new(Family::Silu)),
+        Box::new(Fuse::new(Family::MatMulEpilogue)),
+        Box::new(Dce),
+        Box::new(CanonicalizeLayout),
+        Box::new(Cse),
+        Box::new(FuseElementwise),
+        Box::new(Dce),
+    ]
+}
