@@ -11,6 +11,9 @@ pub use rustral_models as models;
 pub use rustral_passes as passes;
 pub use rustral_runtime as runtime;
 
+mod session;
+pub use session::{CompileOptions, Session, Target};
+
 /// Any error a Rustral program can meet, from tracing to running.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -23,6 +26,15 @@ pub enum Error {
     /// Evaluation failed.
     #[error(transparent)]
     Eval(#[from] rustral_runtime::reference::EvalError),
+    /// The pass pipeline failed (an unknown pass name, a pass that broke the graph).
+    #[error(transparent)]
+    Passes(#[from] rustral_passes::PassError),
+    /// Lowering failed.
+    #[error(transparent)]
+    Lower(#[from] rustral_lowering::LowerError),
+    /// The CPU target failed.
+    #[error(transparent)]
+    Cpu(#[from] rustral_runtime::cpu::CpuError),
 }
 
 /// Rustral's result type; model files return `rustral::Result<Vec<Tensor>>`.
@@ -30,11 +42,13 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The names most programs need: `use rustral::prelude::*;`.
 pub mod prelude {
+    pub use crate::{CompileOptions, Session, Target};
     pub use rustral_frontend::nn::Module;
     pub use rustral_frontend::{
         ForwardCtx, Init, Mode, ParamStore, ShapePolicy, Tensor, TraceOptions, trace, trace_model,
     };
     pub use rustral_ir::{DType, Dim, Graph, NodeId, Op, Shape, TensorType};
+    pub use rustral_passes::OptLevel;
     pub use rustral_runtime::HostTensor;
     pub use rustral_runtime::reference::evaluate;
 }

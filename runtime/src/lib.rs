@@ -3,6 +3,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cpu;
 pub mod reference;
 mod tensor;
 

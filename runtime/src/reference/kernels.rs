@@ -9,7 +9,7 @@ use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApp
 type R<T> = Result<T, String>;
 
 /// Evaluate one non-source op (inputs and params are fed by the caller).
-pub(super) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[usize]) -> R<HostTensor> {
+pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[usize]) -> R<HostTensor> {
     let a = |i: usize| &args[i].data;
     let data = match op {
         Op::Input { .. } | Op::Param { .. } => unreachable!("sources are fed, not evaluated"),

@@ -7,6 +7,13 @@
 
 mod kernels;
 
+pub(crate) use kernels::eval_op;
+
+/// Materialise a source op (constant, iota, random stream) of the given type.
+pub(crate) fn eval_source(op: &Op, dtype: rustral_ir::DType, shape: &[usize]) -> Result<HostTensor, String> {
+    eval_op(op, &[], dtype, shape)
+}
+
 use crate::tensor::HostTensor;
 use rustral_ir::{Dim, Graph, NodeId, Op, VerifyErrors, verify};
 use std::collections::{BTreeMap, HashMap};

@@ -1,0 +1,70 @@
+//! Broadcast indexing for f32 kernels: each operand is read through strides in the output's
+//! index space (0 along broadcast dims), and kernels work a row (the output's last axis) at a
+//! time, where an operand row is either a contiguous slice or a repeated scalar. Row-wise
+//! loops over slices are what the compiler vectorises.
+
+/// One operand's view of a row of the output.
+#[derive(Clone, Copy)]
+pub enum Row<'a> {
+    /// A contiguous row as long as the output row.
+    Slice(&'a [f32]),
+    /// One value repeated along the row.
+    Scalar(f32),
+}
+
+impl Row<'_> {
+    /// Element `i`.
+    #[inline]
+    pub fn at(&self, i: usize) -> f32 {
+        match self {
+            Row::Slice(s) => s[i],
+            Row::Scalar(x) => *x,
+        }
+    }
+}
+
+/// Strides of an operand of shape `shape` read at output shape `out` (numpy alignment).
+pub fn strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
+    let offset = out.len() - shape.len();
+    let mut contiguous = vec![0usize; shape.len()];
+    let mut acc = 1;
+    for i in (0..shape.len()).rev() {
+        contiguous[i] = acc;
+        acc *= shape[i];
+    }
+    (0..out.len()).map(|i| if i < offset || shape[i - offset] == 1 { 0 } else { contiguous[i - offset] }).collect()
+}
+
+/// Call `f(row_index, operand_rows)` for every row of the output (its last axis), giving each
+/// operand's view of that row.
+pub fn for_each_row<'a>(out: &[usize], operands: &[(&'a [f32], &[usize])], mut f: impl FnMut(usize, &[Row<'a>])) {
+    if out.contains(&0) {
+        return;
+    }
+    let rank = out.len();
+    let width = out.last().copied().unwrap_or(1);
+    let rows: usize = out[..rank.saturating_sub(1)].iter().product();
+    let all: Vec<Vec<usize>> = operands.iter().map(|(_, s)| strides(s, out)).collect();
+    let mut index = vec![0usize; rank.saturating_sub(1)];
+    let mut views: Vec<Row<'a>> = Vec::with_capacity(operands.len());
+    for r in 0..rows {
+        views.clear();
+        for ((data, _), st) in operands.iter().zip(&all) {
+            let base: usize = index.iter().zip(st).map(|(i, s)| i * s).sum();
+            let inner = if rank == 0 { 0 } else { st[rank - 1] };
+            views.push(if inner == 0 || width == 1 {
+                Row::Scalar(data[base])
+            } else {
+                Row::Slice(&data[base..base + width])
+            });
+        }
+        f(r, &views);
+        for d in (0..index.len()).rev() {
+            index[d] += 1;
+            if index[d] < out[d] {
+                break;
+            }
+            index[d] = 0;
+        }
+    }
+}

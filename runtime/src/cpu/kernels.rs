@@ -1,0 +1,457 @@
+//! The f32 kernels of the CPU target. Each returns None when its fast path does not apply
+//! (another dtype, a softmax over a non-last axis, ...), and the executor then runs the
+//! reference implementation of the op instead: correct for every op and dtype, not fast.
+
+use super::broadcast::{Row, for_each_row, strides};
+use super::storage::Storage;
+use rayon::prelude::*;
+use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApprox, Op, ReduceOp, UnaryOp};
+
+/// Run `op` on f32 storage if a fast kernel exists for it; `out` is the bound output shape.
+pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize]) -> Option<Vec<f32>> {
+    if out_dtype != DType::F32 {
+        return None;
+    }
+    let f = |i: usize| args.get(i).and_then(|s| s.f32().map(|v| (v, s.shape())));
+    match op {
+        Op::Unary(u) => {
+            let (x, _) = f(0)?;
+            Some(x.par_iter().map(|&v| unary(*u, v)).collect())
+        }
+        Op::Binary(b) if !b.is_comparison() => {
+            let (x, y) = (f(0)?, f(1)?);
+            Some(rows(out, &[x, y], |r, i| binary(*b, r[0].at(i), r[1].at(i))))
+        }
+        Op::Where => {
+            let c = cond_as_f32(args[0])?;
+            let (x, y) = (f(1)?, f(2)?);
+            let cs = args[0].shape().to_vec();
+            Some(rows(out, &[(&c, &cs), x, y], |r, i| if r[0].at(i) != 0.0 { r[1].at(i) } else { r[2].at(i) }))
+        }
+        Op::Cast { to: DType::F32 } => f(0).map(|(x, _)| x.to_vec()),
+        Op::FusedElementwise { body } => fused(body, args, out),
+        Op::MatMul => matmul(f(0)?, f(1)?, None, Activation::None, out),
+        Op::MatMulEpilogue { activation } => {
+            let bias = match args.get(2) {
+                Some(_) => Some(f(2)?),
+                None => None,
+            };
+            matmul(f(0)?, f(1)?, bias, *activation, out)
+        }
+        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
+            let (x, _) = f(0)?;
+            let g = if args.len() > 1 { Some(f(1)?.0) } else { None };
+            let b = if args.len() > 2 { Some(f(2)?.0) } else { None };
+            Some(norm(x, *out.last()?, g, b, eps.0 as f32, matches!(op, Op::LayerNorm { .. })))
+        }
+        Op::Softmax { axis } if *axis + 1 == out.len() => Some(softmax(f(0)?.0, *out.last()?)),
+        Op::Reduce { op: r, axes, .. } if axes.len() == 1 && axes[0] + 1 == args[0].shape().len() => {
+            let (x, s) = f(0)?;
+            Some(reduce_last(x, *s.last()?, *r))
+        }
+        Op::Attention { scale, causal } => attention(args, scale.0 as f32, *causal, out),
+        Op::Gather { axis: 0 } => gather_rows(f(0)?, args[1]),
+        Op::Reshape { .. } => f(0).map(|(x, _)| x.to_vec()),
+        Op::BroadcastTo { .. } => {
+            let x = f(0)?;
+            Some(rows(out, &[x], |r, i| r[0].at(i)))
+        }
+        Op::Permute { perm } => Some(permute(f(0)?, perm, out)),
+        _ => None,
+    }
+}
+
+/// Evaluate `g(row_views, i)` for every output element, a row at a time.
+fn rows(out: &[usize], operands: &[(&[f32], &[usize])], g: impl Fn(&[Row<'_>], usize) -> f32) -> Vec<f32> {
+    let width = out.last().copied().unwrap_or(1);
+    let mut result = vec![0.0f32; out.iter().product()];
+    for_each_row(out, operands, |r, views| {
+        let dst = &mut result[r * width..(r + 1) * width];
+        for (i, d) in dst.iter_mut().enumerate() {
+            *d = g(views, i);
+        }
+    });
+    result
+}
+
+fn cond_as_f32(s: &Storage) -> Option<Vec<f32>> {
+    match s {
+        Storage::Wide(t) if t.dtype == DType::Bool => Some(t.data.iter().map(|&v| v as f32).collect()),
+        _ => None,
+    }
+}
+
+/// The unary ops in f32 (erf from libm; tanh and exp from std).
+#[inline]
+pub(super) fn unary(u: UnaryOp, x: f32) -> f32 {
+    match u {
+        UnaryOp::Neg => -x,
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.ln(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
+        UnaryOp::Recip => 1.0 / x,
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Relu => {
+            if x > 0.0 || x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }
+        UnaryOp::Erf => libm::erff(x),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+    }
+}
+
+/// The binary ops in f32 (comparisons give 1.0 or 0.0).
+#[inline]
+pub(super) fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
+    let truth = |c: bool| if c { 1.0 } else { 0.0 };
+    match b {
+        BinaryOp::Add => x + y,
+        BinaryOp::Sub => x - y,
+        BinaryOp::Mul => x * y,
+        BinaryOp::Div => x / y,
+        BinaryOp::Pow => x.powf(y),
+        BinaryOp::Max => {
+            if x.is_nan() || y.is_nan() {
+                f32::NAN
+            } else {
+                x.max(y)
+            }
+        }
+        BinaryOp::Min => {
+            if x.is_nan() || y.is_nan() {
+                f32::NAN
+            } else {
+                x.min(y)
+            }
+        }
+        BinaryOp::Eq => truth(x == y),
+        BinaryOp::Ne => truth(x != y),
+        BinaryOp::Lt => truth(x < y),
+        BinaryOp::Le => truth(x <= y),
+        BinaryOp::Gt => truth(x > y),
+        BinaryOp::Ge => truth(x >= y),
+    }
+}
+
+fn activate(a: Activation, x: f32) -> f32 {
+    match a {
+        Activation::None => x,
+        Activation::Relu => unary(UnaryOp::Relu, x),
+        Activation::GeluErf => gelu(GeluApprox::Erf, x),
+        Activation::GeluTanh => gelu(GeluApprox::Tanh, x),
+        Activation::Silu => x / (1.0 + (-x).exp()),
+        Activation::Tanh => x.tanh(),
+        Activation::Sigmoid => unary(UnaryOp::Sigmoid, x),
+    }
+}
+
+fn gelu(approx: GeluApprox, x: f32) -> f32 {
+    match approx {
+        GeluApprox::Erf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
+        GeluApprox::Tanh => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh()),
+    }
+}
+
+/// A fused elementwise body evaluated a row at a time: every body node becomes a row of
+/// values (bools as 0.0/1.0), so each step is a loop over a slice.
+fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize]) -> Option<Vec<f32>> {
+    let ok = body.nodes.iter().all(|n| match n {
+        ExprNode::Const { dtype, .. } | ExprNode::Cast(dtype, _) => matches!(dtype, DType::F32 | DType::Bool),
+        ExprNode::Arg(i) => args.get(*i).is_some_and(|s| s.f32().is_some()),
+        _ => true,
+    });
+    if !ok {
+        return None;
+    }
+    let operands: Vec<(&[f32], &[usize])> = args.iter().map(|s| (s.f32().expect("checked f32"), s.shape())).collect();
+    let width = out.last().copied().unwrap_or(1);
+    let mut result = vec![0.0f32; out.iter().product()];
+    let mut temps: Vec<Vec<f32>> = vec![vec![0.0; width]; body.nodes.len()];
+    for_each_row(out, &operands, |r, views| {
+        for (k, node) in body.nodes.iter().enumerate() {
+            let (done, rest) = temps.split_at_mut(k);
+            let t = &mut rest[0];
+            match node {
+                ExprNode::Arg(i) => t.iter_mut().enumerate().for_each(|(j, v)| *v = views[*i].at(j)),
+                ExprNode::Const { value, .. } => t.fill(value.0 as f32),
+                ExprNode::Unary(u, x) => t.iter_mut().zip(&done[*x]).for_each(|(v, &a)| *v = unary(*u, a)),
+                ExprNode::Binary(b, x, y) => {
+                    t.iter_mut().zip(done[*x].iter().zip(&done[*y])).for_each(|(v, (&a, &c))| *v = binary(*b, a, c))
+                }
+                ExprNode::Where(c, x, y) => t
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(j, v)| *v = if done[*c][j] != 0.0 { done[*x][j] } else { done[*y][j] }),
+                ExprNode::Cast(DType::Bool, x) => {
+                    t.iter_mut().zip(&done[*x]).for_each(|(v, &a)| *v = if a != 0.0 { 1.0 } else { 0.0 })
+                }
+                ExprNode::Cast(_, x) => t.copy_from_slice(&done[*x]),
+            }
+        }
+        result[r * width..(r + 1) * width].copy_from_slice(&temps[body.nodes.len() - 1]);
+    });
+    Some(result)
+}
+
+/// Batched matmul (batch dims broadcast) with an optional bias over the last axis and an
+/// activation applied to each output block right after its GEMM, while it is in cache. The
+/// GEMM is `matrixmultiply::sgemm`; batches, or row blocks of a single product, run in
+/// parallel.
+fn matmul(
+    a: (&[f32], &[usize]),
+    b: (&[f32], &[usize]),
+    bias: Option<(&[f32], &[usize])>,
+    act: Activation,
+    out: &[usize],
+) -> Option<Vec<f32>> {
+    let (ra, rb, ro) = (a.1.len(), b.1.len(), out.len());
+    let (m, k, n) = (a.1[ra - 2], a.1[ra - 1], b.1[rb - 1]);
+    let batch_out = &out[..ro - 2];
+    let batches: usize = batch_out.iter().product();
+    let bias_row: Option<&[f32]> = match bias {
+        Some((v, s)) if s.len() == 1 && s[0] == n => Some(v),
+        Some(_) => return None,
+        None => None,
+    };
+    let sa = strides(&a.1[..ra - 2], batch_out);
+    let sb = strides(&b.1[..rb - 2], batch_out);
+    let offset = |index: usize, st: &[usize], block: usize| {
+        let mut rem = index;
+        let mut off = 0;
+        for d in (0..batch_out.len()).rev() {
+            off += (rem % batch_out[d]) * st[d] * block;
+            rem /= batch_out[d];
+        }
+        off
+    };
+    let mut c = vec![0.0f32; batches * m * n];
+    if m == 0 || n == 0 {
+        return Some(c);
+    }
+    let epilogue = |rows: &mut [f32]| {
+        if bias_row.is_none() && act == Activation::None {
+            return;
+        }
+        for row in rows.chunks_mut(n) {
+            match bias_row {
+                Some(bv) => row.iter_mut().zip(bv).for_each(|(v, &bb)| *v = activate(act, *v + bb)),
+                None => row.iter_mut().for_each(|v| *v = activate(act, *v)),
+            }
+        }
+    };
+    let gemm = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32]| {
+        // SAFETY: the slices hold rows*k, k*n and rows*n elements at these offsets (shapes
+        // were checked by the verifier and bound from the buffers' own lengths).
+        unsafe {
+            matrixmultiply::sgemm(
+                rows,
+                k,
+                n,
+                1.0,
+                a.0.as_ptr().add(a_off),
+                k as isize,
+                1,
+                b.0.as_ptr().add(b_off),
+                n as isize,
+                1,
+                0.0,
+                dst.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+        epilogue(dst);
+    };
+    if batches > 1 {
+        c.par_chunks_mut(m * n)
+            .enumerate()
+            .for_each(|(i, dst)| gemm(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst));
+    } else {
+        let block = m.div_ceil(rayon::current_num_threads().max(1)).max(16);
+        c.par_chunks_mut(block * n).enumerate().for_each(|(i, dst)| {
+            let rows = dst.len() / n;
+            gemm(offset(0, &sa, m * k) + i * block * k, offset(0, &sb, k * n), rows, dst)
+        });
+    }
+    Some(c)
+}
+
+/// LayerNorm (`center`) or RMSNorm over rows of `width`, in parallel over rows; each row is
+/// read twice (statistics, then normalise) and written once.
+fn norm(x: &[f32], width: usize, g: Option<&[f32]>, b: Option<&[f32]>, eps: f32, center: bool) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    if width == 0 {
+        return out;
+    }
+    out.par_chunks_mut(width).zip(x.par_chunks(width)).for_each(|(o, row)| {
+        let n = width as f32;
+        let mean = if center { row.iter().sum::<f32>() / n } else { 0.0 };
+        let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
+        let inv = 1.0 / (var + eps).sqrt();
+        match (g, b) {
+            (Some(g), Some(b)) => o
+                .iter_mut()
+                .zip(row)
+                .zip(g.iter().zip(b))
+                .for_each(|((d, &v), (&gg, &bb))| *d = (v - mean) * inv * gg + bb),
+            (Some(g), None) => o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| *d = (v - mean) * inv * gg),
+            _ => o.iter_mut().zip(row).for_each(|(d, &v)| *d = (v - mean) * inv),
+        }
+    });
+    out
+}
+
+/// Softmax over rows of `width`, in parallel over rows.
+fn softmax(x: &[f32], width: usize) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    if width == 0 {
+        return out;
+    }
+    out.par_chunks_mut(width).zip(x.par_chunks(width)).for_each(|(o, row)| softmax_row(row, o));
+    out
+}
+
+fn softmax_row(row: &[f32], o: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) });
+    let mut sum = 0.0f32;
+    for (d, &v) in o.iter_mut().zip(row) {
+        *d = (v - max).exp();
+        sum += *d;
+    }
+    let inv = 1.0 / sum;
+    o.iter_mut().for_each(|d| *d *= inv);
+}
+
+fn reduce_last(x: &[f32], width: usize, r: ReduceOp) -> Vec<f32> {
+    if width == 0 {
+        let fill = match r {
+            ReduceOp::Sum => 0.0,
+            ReduceOp::Mean => f32::NAN,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+        };
+        return vec![fill; x.len()];
+    }
+    x.par_chunks(width)
+        .map(|row| match r {
+            ReduceOp::Sum => row.iter().sum(),
+            ReduceOp::Mean => row.iter().sum::<f32>() / width as f32,
+            ReduceOp::Max => {
+                row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) })
+            }
+            ReduceOp::Min => {
+                row.iter().fold(f32::INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.min(v) })
+            }
+        })
+        .collect()
+}
+
+/// Attention one query row at a time: its scores over all keys (a row of `lk` values, never
+/// the full matrix), masks, softmax, and the weighted sum of values; rows run in parallel.
+fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usize]) -> Option<Vec<f32>> {
+    let (q, qs) = (args[0].f32()?, args[0].shape());
+    let (k, ks) = (args[1].f32()?, args[1].shape());
+    let (v, vs) = (args[2].f32()?, args[2].shape());
+    let mask = match args.get(3) {
+        Some(m) => Some((m.f32()?, m.shape())),
+        None => None,
+    };
+    let r = out.len();
+    let (lq, dv) = (out[r - 2], out[r - 1]);
+    let (lk, d) = (ks[ks.len() - 2], qs[qs.len() - 1]);
+    let batch = &out[..r - 2];
+    let (sq, sk, sv) =
+        (strides(&qs[..qs.len() - 2], batch), strides(&ks[..ks.len() - 2], batch), strides(&vs[..vs.len() - 2], batch));
+    let mut score_shape = batch.to_vec();
+    score_shape.extend([lq, lk]);
+    let sm = mask.map(|(_, s)| strides(s, &score_shape));
+    let offset = |index: usize, st: &[usize]| {
+        let mut rem = index;
+        let mut off = 0;
+        for dd in (0..batch.len()).rev() {
+            off += (rem % batch[dd]) * st[dd];
+            rem /= batch[dd];
+        }
+        off
+    };
+    let mut result = vec![0.0f32; out.iter().product()];
+    if dv == 0 || lq == 0 {
+        return Some(result);
+    }
+    result.par_chunks_mut(dv).enumerate().for_each(|(row, o)| {
+        let (bi, i) = (row / lq, row % lq);
+        let qrow = &q[offset(bi, &sq) * lq * d + i * d..][..d];
+        let (kb, vb) = (offset(bi, &sk) * lk * d, offset(bi, &sv) * lk * dv);
+        let mut scores = vec![0.0f32; lk];
+        for (j, s) in scores.iter_mut().enumerate() {
+            if causal && j + lq > i + lk {
+                *s = f32::NEG_INFINITY;
+                continue;
+            }
+            let krow = &k[kb + j * d..][..d];
+            let mut acc = qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>() * scale;
+            if let (Some((m, _)), Some(st)) = (mask, &sm) {
+                let mut idx = offset(bi, &st[..batch.len()]);
+                idx += i * st[batch.len()] + j * st[batch.len() + 1];
+                acc += m[idx];
+            }
+            *s = acc;
+        }
+        let mut p = vec![0.0f32; lk];
+        softmax_row(&scores, &mut p);
+        o.fill(0.0);
+        for (j, &pj) in p.iter().enumerate() {
+            if pj != 0.0 {
+                let vrow = &v[vb + j * dv..][..dv];
+                o.iter_mut().zip(vrow).for_each(|(acc, &x)| *acc += pj * x);
+            }
+        }
+    });
+    Some(result)
+}
+
+/// Rows of an f32 table picked by integer ids (embedding lookup).
+fn gather_rows(table: (&[f32], &[usize]), ids: &Storage) -> Option<Vec<f32>> {
+    let Storage::Wide(ids) = ids else { return None };
+    let rows = *table.1.first()?;
+    let width: usize = table.1[1..].iter().product();
+    let mut out = Vec::with_capacity(ids.data.len() * width);
+    for &i in ids.data.iter() {
+        if i < 0.0 || i >= rows as f64 {
+            return None; // the reference path reports the bad index
+        }
+        let i = i as usize;
+        out.extend_from_slice(&table.0[i * width..(i + 1) * width]);
+    }
+    Some(out)
+}
+
+/// `out[idx] = x[idx permuted back]`, walking the output in order.
+fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
+    let mut contiguous = vec![1usize; x.1.len()];
+    for i in (0..x.1.len().saturating_sub(1)).rev() {
+        contiguous[i] = contiguous[i + 1] * x.1[i + 1];
+    }
+    let st: Vec<usize> = perm.iter().map(|&p| contiguous[p]).collect();
+    let total: usize = out.iter().product();
+    let mut result = Vec::with_capacity(total);
+    let mut index = vec![0usize; out.len()];
+    for _ in 0..total {
+        result.push(x.0[index.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()]);
+        for dd in (0..out.len()).rev() {
+            index[dd] += 1;
+            if index[dd] < out[dd] {
+                break;
+            }
+            index[dd] = 0;
+        }
+    }
+    result
+}

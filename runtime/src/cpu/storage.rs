@@ -1,0 +1,56 @@
+//! Buffer storage: f32 values in a plain `Vec<f32>` (the fast path every f32 kernel uses) and
+//! any other dtype in the reference interpreter's representation (f64 values rounded to the
+//! dtype), which the generic path computes on.
+
+use crate::tensor::HostTensor;
+use ndarray::{ArrayD, IxDyn};
+use rustral_ir::DType;
+
+/// One buffer's contents.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    /// f32 values, row-major, with their shape.
+    F32(Vec<f32>, Vec<usize>),
+    /// Any dtype, as the reference holds it.
+    Wide(HostTensor),
+}
+
+impl Storage {
+    /// From a host tensor, choosing the fast representation for f32.
+    pub fn from_host(t: HostTensor) -> Storage {
+        if t.dtype == DType::F32 {
+            let shape = t.shape().to_vec();
+            Storage::F32(t.data.iter().map(|&v| v as f32).collect(), shape)
+        } else {
+            Storage::Wide(t)
+        }
+    }
+
+    /// To a host tensor (exact: f32 values are f64-representable).
+    pub fn to_host(&self) -> HostTensor {
+        match self {
+            Storage::F32(v, shape) => HostTensor {
+                dtype: DType::F32,
+                data: ArrayD::from_shape_vec(IxDyn(shape), v.iter().map(|&x| f64::from(x)).collect())
+                    .expect("storage shape matches its values"),
+            },
+            Storage::Wide(t) => t.clone(),
+        }
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Storage::F32(_, s) => s,
+            Storage::Wide(t) => t.shape(),
+        }
+    }
+
+    /// The f32 values, if this is f32 storage.
+    pub fn f32(&self) -> Option<&[f32]> {
+        match self {
+            Storage::F32(v, _) => Some(v),
+            Storage::Wide(_) => None,
+        }
+    }
+}

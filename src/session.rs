@@ -1,0 +1,109 @@
+//! The session API: compile a traced graph for a target, bind parameters once, run with named
+//! inputs. `OptLevel::O0` is the op-by-op mode (every node its own kernel, no fusion), the
+//! baseline fusion is measured against.
+
+use crate::Result;
+use rustral_frontend::ParamStore;
+use rustral_ir::Graph;
+use rustral_lowering::lower;
+use rustral_passes::{CompileStats, OptLevel, PassManager};
+use rustral_runtime::HostTensor;
+use rustral_runtime::cpu::{CpuProgram, KernelTime};
+use std::collections::HashMap;
+
+/// Where a program runs. Model code never names one; choosing it is this one argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The reference interpreter (f64, slow, the oracle).
+    Reference,
+    /// The CPU target.
+    Cpu,
+}
+
+/// How to compile.
+#[derive(Clone, Debug)]
+pub struct CompileOptions {
+    /// Pass pipeline.
+    pub level: OptLevel,
+    /// Passes switched off by name.
+    pub disabled: Vec<String>,
+    /// Threads for CPU targets.
+    pub threads: usize,
+}
+
+impl Default for CompileOptions {
+    fn default() -> CompileOptions {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        CompileOptions { level: OptLevel::O2, disabled: vec![], threads }
+    }
+}
+
+/// A compiled graph with its parameters bound.
+pub struct Session {
+    graph: Graph,
+    stats: CompileStats,
+    cpu: Option<CpuProgram>,
+    params: HashMap<String, HostTensor>,
+}
+
+impl Session {
+    /// Optimise `graph` with `options` and prepare it for `target`.
+    pub fn compile(graph: &Graph, target: Target, options: &CompileOptions) -> Result<Session> {
+        let mut pm = PassManager::new(options.level);
+        for name in &options.disabled {
+            pm = pm.disable(name)?;
+        }
+        let mut g = graph.clone();
+        let stats = pm.run(&mut g)?.stats;
+        let cpu = match target {
+            Target::Cpu => Some(CpuProgram::new(lower(&g)?, options.threads)?),
+            Target::Reference => None,
+        };
+        Ok(Session { graph: g, stats, cpu, params: HashMap::new() })
+    }
+
+    /// The optimised graph.
+    pub fn graph(&self) -> &Graph {
+        &self.graph
+    }
+
+    /// What the passes did.
+    pub fn stats(&self) -> &CompileStats {
+        &self.stats
+    }
+
+    /// Bind parameter values (checked against their declarations).
+    pub fn bind(&mut self, store: &ParamStore) -> Result<()> {
+        let mut params = HashMap::new();
+        for (name, v) in store.iter() {
+            let t = HostTensor::new(v.dtype, &v.shape, v.data.clone())
+                .map_err(|e| rustral_frontend::Error::Param { name: name.clone(), message: e.to_string() })?;
+            params.insert(name.clone(), t);
+        }
+        if let Some(cpu) = &mut self.cpu {
+            cpu.bind_params(&params)?;
+        }
+        self.params = params;
+        Ok(())
+    }
+
+    /// Run on named inputs; outputs in order.
+    pub fn run(&self, inputs: &[(&str, HostTensor)]) -> Result<Vec<(String, HostTensor)>> {
+        let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+        match &self.cpu {
+            Some(cpu) => Ok(cpu.run(&inputs)?),
+            None => {
+                let mut feeds = self.params.clone();
+                feeds.extend(inputs);
+                Ok(rustral_runtime::reference::evaluate(&self.graph, &feeds)?)
+            }
+        }
+    }
+
+    /// Run on the CPU target and time every kernel (None on the reference target).
+    pub fn profile(&self, inputs: &[(&str, HostTensor)]) -> Result<Option<Vec<KernelTime>>> {
+        let Some(cpu) = &self.cpu else { return Ok(None) };
+        let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+        Ok(Some(cpu.run_profiled(&inputs)?.1))
+    }
+}

@@ -1,0 +1,47 @@
+//! all-MiniLM-L6-v2 with its real weights on the CPU target at O2, against
+//! sentence-transformers' embeddings (`../shared/fixtures/minilm`), tolerance 1e-4 absolute.
+
+use rustral::frontend::{ParamStore, TraceOptions, trace_named};
+use rustral::models::{Bert, BertConfig, find_minilm_dir};
+use rustral::prelude::*;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/minilm").join(name)
+}
+
+fn rows(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap())).collect()
+}
+
+#[test]
+fn minilm_embeddings_on_cpu_match_sentence_transformers() {
+    let dir = find_minilm_dir().unwrap_or_else(|e| panic!("{e}"));
+    let model = Bert { config: BertConfig::from_file(&dir.join("config.json")).unwrap() };
+    let traced = trace_named(TraceOptions::default(), |ctx| {
+        let (ids, types, mask) = model.inputs(ctx)?;
+        let hidden = model.forward(ctx, &ids, &types, &mask)?;
+        Ok(vec![("embeddings".into(), model.sentence_embedding(ctx, &hidden, &mask)?)])
+    })
+    .unwrap();
+    let store =
+        ParamStore::load_safetensors(&dir.join("model.safetensors"), &traced.params, model.unused_weights()).unwrap();
+    let mut session = Session::compile(&traced.graph, Target::Cpu, &CompileOptions::default()).unwrap();
+    assert_eq!(session.stats().fused["attention"], 6);
+    session.bind(&store).unwrap();
+    let tokens: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("tokens.json")).unwrap()).unwrap();
+    let (b, s) = (6, 13);
+    let inputs = [
+        ("input_ids", HostTensor::new(DType::I64, &[b, s], rows(&tokens["input_ids"])).unwrap()),
+        ("token_type_ids", HostTensor::new(DType::I64, &[b, s], rows(&tokens["token_type_ids"])).unwrap()),
+        ("attention_mask", HostTensor::new(DType::F32, &[b, s], rows(&tokens["attention_mask"])).unwrap()),
+    ];
+    let got = session.run(&inputs).unwrap().remove(0).1.to_vec();
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("embeddings.json")).unwrap()).unwrap();
+    let want = rows(&want["embeddings"]);
+    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+    println!("minilm on cpu (O2): max abs error {err:.2e} against sentence-transformers (7 significant digits)");
+    assert!(err < 1e-4, "{err}");
+}

