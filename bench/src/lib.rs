@@ -31,3 +31,64 @@ pub fn gpt2_small_graph(layers: usize) -> Graph {
     });
     traced.expect("GPT-2 small traces").graph
 }
+
+use rustral_frontend::{ParamStore, Traced};
+use rustral_lowering::lower;
+use rustral_passes::{OptLevel, PassManager};
+use rustral_runtime::HostTensor;
+use rustral_runtime::cpu::{CpuProgram, Storage};
+use std::collections::HashMap;
+
+/// A traced graph compiled at `level` for the CPU target on `threads` threads, with seeded
+/// parameters bound and seeded inputs (bound for `sizes`) ready in CPU storage.
+pub struct Prepared {
+    /// The program.
+    pub program: CpuProgram,
+    /// Its inputs.
+    pub inputs: HashMap<String, Storage>,
+    /// Kernels in the program.
+    pub kernels: usize,
+}
+
+/// Compile and bind `traced` (see `Prepared`). Integer inputs get ids below `vocab`.
+pub fn prepare(traced: &Traced, level: OptLevel, threads: usize, sizes: &[(&str, usize)], vocab: usize) -> Prepared {
+    let mut g = traced.graph.clone();
+    PassManager::new(level).verify_each(false).run(&mut g).expect("compiles");
+    let mut program = CpuProgram::new(lower(&g).expect("lowers"), threads).expect("thread pool");
+    let store = ParamStore::init(&traced.params, 1);
+    let params: HashMap<String, HostTensor> = store
+        .iter()
+        .map(|(n, v)| (n.clone(), HostTensor::new(v.dtype, &v.shape, v.data.clone()).expect("fits")))
+        .collect();
+    program.bind_params(&params).expect("params bind");
+    let mut inputs = HashMap::new();
+    for (i, (name, id)) in g.inputs().into_iter().enumerate() {
+        let ty = &g.node(id).expect("input exists").ty;
+        let shape: Vec<usize> = ty
+            .shape
+            .dims()
+            .iter()
+            .map(|d| {
+                d.as_static().unwrap_or_else(|| sizes.iter().find(|(k, _)| Some(*k) == sym(d)).map_or(1, |(_, n)| *n))
+            })
+            .collect();
+        let n: usize = shape.iter().product();
+        let data: Vec<f64> = if name.contains("mask") || name.contains("type") {
+            vec![if name.contains("mask") { 1.0 } else { 0.0 }; n]
+        } else if ty.dtype.is_int() {
+            (0..n).map(|k| ((k * 31 + i) % vocab) as f64).collect()
+        } else {
+            (0..n).map(|k| ((k * 37 + i) % 101) as f64 / 50.0 - 1.0).collect()
+        };
+        inputs.insert(name, Storage::from_host(HostTensor::new(ty.dtype, &shape, data).expect("fits")));
+    }
+    let kernels = program.program().kernels.len();
+    Prepared { program, inputs, kernels }
+}
+
+fn sym(d: &rustral_ir::Dim) -> Option<&str> {
+    match d {
+        rustral_ir::Dim::Sym(s) => Some(s),
+        rustral_ir::Dim::Static(_) => None,
+    }
+}

@@ -35,19 +35,28 @@ pub fn strides(shape: &[usize], out: &[usize]) -> Vec<usize> {
     (0..out.len()).map(|i| if i < offset || shape[i - offset] == 1 { 0 } else { contiguous[i - offset] }).collect()
 }
 
-/// Call `f(row_index, operand_rows)` for every row of the output (its last axis), giving each
-/// operand's view of that row.
-pub fn for_each_row<'a>(out: &[usize], operands: &[(&'a [f32], &[usize])], mut f: impl FnMut(usize, &[Row<'a>])) {
+/// Call `f(row_index, operand_rows)` for each output row (its last axis) in `range`, giving
+/// each operand's view of that row; blocks of rows can run in parallel.
+pub fn for_rows_in<'a>(
+    out: &[usize],
+    operands: &[(&'a [f32], &[usize])],
+    range: std::ops::Range<usize>,
+    mut f: impl FnMut(usize, &[Row<'a>]),
+) {
     if out.contains(&0) {
         return;
     }
     let rank = out.len();
     let width = out.last().copied().unwrap_or(1);
-    let rows: usize = out[..rank.saturating_sub(1)].iter().product();
     let all: Vec<Vec<usize>> = operands.iter().map(|(_, s)| strides(s, out)).collect();
     let mut index = vec![0usize; rank.saturating_sub(1)];
+    let mut rem = range.start;
+    for d in (0..index.len()).rev() {
+        index[d] = rem % out[d];
+        rem /= out[d];
+    }
     let mut views: Vec<Row<'a>> = Vec::with_capacity(operands.len());
-    for r in 0..rows {
+    for r in range {
         views.clear();
         for ((data, _), st) in operands.iter().zip(&all) {
             let base: usize = index.iter().zip(st).map(|(i, s)| i * s).sum();

@@ -2,7 +2,8 @@
 //! (another dtype, a softmax over a non-last axis, ...), and the executor then runs the
 //! reference implementation of the op instead: correct for every op and dtype, not fast.
 
-use super::broadcast::{Row, for_each_row, strides};
+use super::broadcast::{Row, for_rows_in, strides};
+use super::simd;
 use super::storage::Storage;
 use rayon::prelude::*;
 use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApprox, Op, ReduceOp, UnaryOp};
@@ -14,9 +15,14 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
     }
     let f = |i: usize| args.get(i).and_then(|s| s.f32().map(|v| (v, s.shape())));
     match op {
-        Op::Unary(u) => {
-            let (x, _) = f(0)?;
-            Some(x.par_iter().map(|&v| unary(*u, v)).collect())
+        Op::Unary(u) => Some(map(f(0)?.0, |v| unary(*u, v))),
+        Op::Gelu { approx: GeluApprox::Erf } => Some(map(f(0)?.0, gelu_erf)),
+        Op::Gelu { approx: GeluApprox::Tanh } => Some(map(f(0)?.0, gelu_tanh)),
+        Op::Silu => Some(map(f(0)?.0, |v| v / (1.0 + simd::exp(-v)))),
+        Op::Slice { axis, start, .. } => Some(slice(f(0)?, *axis, *start, out)),
+        Op::Concat { axis } => {
+            let parts: Option<Vec<(&[f32], &[usize])>> = (0..args.len()).map(f).collect();
+            Some(concat(&parts?, *axis, out))
         }
         Op::Binary(b) if !b.is_comparison() => {
             let (x, y) = (f(0)?, f(1)?);
@@ -61,17 +67,41 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
     }
 }
 
-/// Evaluate `g(row_views, i)` for every output element, a row at a time.
-fn rows(out: &[usize], operands: &[(&[f32], &[usize])], g: impl Fn(&[Row<'_>], usize) -> f32) -> Vec<f32> {
-    let width = out.last().copied().unwrap_or(1);
-    let mut result = vec![0.0f32; out.iter().product()];
-    for_each_row(out, operands, |r, views| {
-        let dst = &mut result[r * width..(r + 1) * width];
-        for (i, d) in dst.iter_mut().enumerate() {
-            *d = g(views, i);
-        }
+/// Elements per parallel task: big enough to amortise scheduling, small enough to balance.
+const BLOCK: usize = 1 << 15;
+
+/// `f` over a slice, in parallel blocks, vectorised.
+fn map(x: &[f32], f: impl Fn(f32) -> f32 + Copy + Sync) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    out.par_chunks_mut(BLOCK).zip(x.par_chunks(BLOCK)).for_each(|(o, i)| simd::map(i, o, f));
+    out
+}
+
+/// Run `work(first_row, rows_slice)` over blocks of output rows in parallel.
+fn par_rows(out: &[usize], work: impl Fn(std::ops::Range<usize>, &mut [f32]) + Sync) -> Vec<f32> {
+    let width = out.last().copied().unwrap_or(1).max(1);
+    let total: usize = out.iter().product();
+    let mut result = vec![0.0f32; total];
+    let rows_per_block = (BLOCK / width).max(1);
+    result.par_chunks_mut(rows_per_block * width).enumerate().for_each(|(b, dst)| {
+        let first = b * rows_per_block;
+        simd::fast(|| work(first..first + dst.len() / width, dst));
     });
     result
+}
+
+/// Evaluate `g(row_views, i)` for every output element, a row at a time, rows in parallel.
+fn rows(out: &[usize], operands: &[(&[f32], &[usize])], g: impl Fn(&[Row<'_>], usize) -> f32 + Sync) -> Vec<f32> {
+    let width = out.last().copied().unwrap_or(1);
+    par_rows(out, |range, dst| {
+        let first = range.start;
+        for_rows_in(out, operands, range, |r, views| {
+            let row = &mut dst[(r - first) * width..(r - first + 1) * width];
+            for (i, d) in row.iter_mut().enumerate() {
+                *d = g(views, i);
+            }
+        });
+    })
 }
 
 fn cond_as_f32(s: &Storage) -> Option<Vec<f32>> {
@@ -87,13 +117,13 @@ pub(super) fn unary(u: UnaryOp, x: f32) -> f32 {
     match u {
         UnaryOp::Neg => -x,
         UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
+        UnaryOp::Exp => simd::exp(x),
         UnaryOp::Log => x.ln(),
         UnaryOp::Sqrt => x.sqrt(),
         UnaryOp::Rsqrt => 1.0 / x.sqrt(),
         UnaryOp::Recip => 1.0 / x,
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnaryOp::Tanh => simd::tanh(x),
+        UnaryOp::Sigmoid => 1.0 / (1.0 + simd::exp(-x)),
         UnaryOp::Relu => {
             if x > 0.0 || x.is_nan() {
                 x
@@ -101,7 +131,7 @@ pub(super) fn unary(u: UnaryOp, x: f32) -> f32 {
                 0.0
             }
         }
-        UnaryOp::Erf => libm::erff(x),
+        UnaryOp::Erf => simd::erf(x),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
     }
@@ -140,23 +170,45 @@ pub(super) fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
-fn activate(a: Activation, x: f32) -> f32 {
-    match a {
-        Activation::None => x,
-        Activation::Relu => unary(UnaryOp::Relu, x),
-        Activation::GeluErf => gelu(GeluApprox::Erf, x),
-        Activation::GeluTanh => gelu(GeluApprox::Tanh, x),
-        Activation::Silu => x / (1.0 + (-x).exp()),
-        Activation::Tanh => x.tanh(),
-        Activation::Sigmoid => unary(UnaryOp::Sigmoid, x),
-    }
+#[inline(always)]
+fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + simd::erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-fn gelu(approx: GeluApprox, x: f32) -> f32 {
-    match approx {
-        GeluApprox::Erf => 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2)),
-        GeluApprox::Tanh => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044715 * x * x * x)).tanh()),
+#[inline(always)]
+fn gelu_tanh(x: f32) -> f32 {
+    0.5 * x * (1.0 + simd::tanh(0.797_884_6 * (x + 0.044715 * x * x * x)))
+}
+
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + simd::exp(-x))
+}
+
+/// Add the bias row and apply the activation to GEMM output rows of width `n`, with the
+/// activation chosen outside the loop so each loop vectorises.
+fn epilogue(rows: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
+    #[inline(always)]
+    fn each(rows: &mut [f32], n: usize, bias: Option<&[f32]>, f: impl Fn(f32) -> f32 + Copy) {
+        for row in rows.chunks_mut(n) {
+            match bias {
+                Some(b) => row.iter_mut().zip(b).for_each(|(v, &bb)| *v = f(*v + bb)),
+                None => row.iter_mut().for_each(|v| *v = f(*v)),
+            }
+        }
     }
+    if bias.is_none() && act == Activation::None {
+        return;
+    }
+    simd::fast(|| match act {
+        Activation::None => each(rows, n, bias, |x| x),
+        Activation::Relu => each(rows, n, bias, |x| if x > 0.0 || x.is_nan() { x } else { 0.0 }),
+        Activation::GeluErf => each(rows, n, bias, gelu_erf),
+        Activation::GeluTanh => each(rows, n, bias, gelu_tanh),
+        Activation::Silu => each(rows, n, bias, silu),
+        Activation::Tanh => each(rows, n, bias, simd::tanh),
+        Activation::Sigmoid => each(rows, n, bias, |x| 1.0 / (1.0 + simd::exp(-x))),
+    })
 }
 
 /// A fused elementwise body evaluated a row at a time: every body node becomes a row of
@@ -172,32 +224,33 @@ fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize]) -> Option<Vec
     }
     let operands: Vec<(&[f32], &[usize])> = args.iter().map(|s| (s.f32().expect("checked f32"), s.shape())).collect();
     let width = out.last().copied().unwrap_or(1);
-    let mut result = vec![0.0f32; out.iter().product()];
-    let mut temps: Vec<Vec<f32>> = vec![vec![0.0; width]; body.nodes.len()];
-    for_each_row(out, &operands, |r, views| {
-        for (k, node) in body.nodes.iter().enumerate() {
-            let (done, rest) = temps.split_at_mut(k);
-            let t = &mut rest[0];
-            match node {
-                ExprNode::Arg(i) => t.iter_mut().enumerate().for_each(|(j, v)| *v = views[*i].at(j)),
-                ExprNode::Const { value, .. } => t.fill(value.0 as f32),
-                ExprNode::Unary(u, x) => t.iter_mut().zip(&done[*x]).for_each(|(v, &a)| *v = unary(*u, a)),
-                ExprNode::Binary(b, x, y) => {
-                    t.iter_mut().zip(done[*x].iter().zip(&done[*y])).for_each(|(v, (&a, &c))| *v = binary(*b, a, c))
+    Some(par_rows(out, |range, dst| {
+        let first = range.start;
+        let mut temps: Vec<Vec<f32>> = vec![vec![0.0; width]; body.nodes.len()];
+        for_rows_in(out, &operands, range, |r, views| {
+            for (k, node) in body.nodes.iter().enumerate() {
+                let (done, rest) = temps.split_at_mut(k);
+                let t = &mut rest[0];
+                match node {
+                    ExprNode::Arg(i) => t.iter_mut().enumerate().for_each(|(j, v)| *v = views[*i].at(j)),
+                    ExprNode::Const { value, .. } => t.fill(value.0 as f32),
+                    ExprNode::Unary(u, x) => t.iter_mut().zip(&done[*x]).for_each(|(v, &a)| *v = unary(*u, a)),
+                    ExprNode::Binary(b, x, y) => {
+                        t.iter_mut().zip(done[*x].iter().zip(&done[*y])).for_each(|(v, (&a, &c))| *v = binary(*b, a, c))
+                    }
+                    ExprNode::Where(c, x, y) => t
+                        .iter_mut()
+                        .enumerate()
+                        .for_each(|(j, v)| *v = if done[*c][j] != 0.0 { done[*x][j] } else { done[*y][j] }),
+                    ExprNode::Cast(DType::Bool, x) => {
+                        t.iter_mut().zip(&done[*x]).for_each(|(v, &a)| *v = if a != 0.0 { 1.0 } else { 0.0 })
+                    }
+                    ExprNode::Cast(_, x) => t.copy_from_slice(&done[*x]),
                 }
-                ExprNode::Where(c, x, y) => t
-                    .iter_mut()
-                    .enumerate()
-                    .for_each(|(j, v)| *v = if done[*c][j] != 0.0 { done[*x][j] } else { done[*y][j] }),
-                ExprNode::Cast(DType::Bool, x) => {
-                    t.iter_mut().zip(&done[*x]).for_each(|(v, &a)| *v = if a != 0.0 { 1.0 } else { 0.0 })
-                }
-                ExprNode::Cast(_, x) => t.copy_from_slice(&done[*x]),
             }
-        }
-        result[r * width..(r + 1) * width].copy_from_slice(&temps[body.nodes.len() - 1]);
-    });
-    Some(result)
+            dst[(r - first) * width..(r - first + 1) * width].copy_from_slice(&temps[body.nodes.len() - 1]);
+        });
+    }))
 }
 
 /// Batched matmul (batch dims broadcast) with an optional bias over the last axis and an
@@ -235,17 +288,6 @@ fn matmul(
     if m == 0 || n == 0 {
         return Some(c);
     }
-    let epilogue = |rows: &mut [f32]| {
-        if bias_row.is_none() && act == Activation::None {
-            return;
-        }
-        for row in rows.chunks_mut(n) {
-            match bias_row {
-                Some(bv) => row.iter_mut().zip(bv).for_each(|(v, &bb)| *v = activate(act, *v + bb)),
-                None => row.iter_mut().for_each(|v| *v = activate(act, *v)),
-            }
-        }
-    };
     let gemm = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32]| {
         // SAFETY: the slices hold rows*k, k*n and rows*n elements at these offsets (shapes
         // were checked by the verifier and bound from the buffers' own lengths).
@@ -267,7 +309,7 @@ fn matmul(
                 1,
             );
         }
-        epilogue(dst);
+        epilogue(dst, n, bias_row, act);
     };
     if batches > 1 {
         c.par_chunks_mut(m * n)
@@ -290,20 +332,27 @@ fn norm(x: &[f32], width: usize, g: Option<&[f32]>, b: Option<&[f32]>, eps: f32,
     if width == 0 {
         return out;
     }
-    out.par_chunks_mut(width).zip(x.par_chunks(width)).for_each(|(o, row)| {
-        let n = width as f32;
-        let mean = if center { row.iter().sum::<f32>() / n } else { 0.0 };
-        let var = row.iter().map(|&v| (v - mean) * (v - mean)).sum::<f32>() / n;
-        let inv = 1.0 / (var + eps).sqrt();
-        match (g, b) {
-            (Some(g), Some(b)) => o
-                .iter_mut()
-                .zip(row)
-                .zip(g.iter().zip(b))
-                .for_each(|((d, &v), (&gg, &bb))| *d = (v - mean) * inv * gg + bb),
-            (Some(g), None) => o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| *d = (v - mean) * inv * gg),
-            _ => o.iter_mut().zip(row).for_each(|(d, &v)| *d = (v - mean) * inv),
-        }
+    let rows_per_task = (BLOCK / width).max(1) * width;
+    out.par_chunks_mut(rows_per_task).zip(x.par_chunks(rows_per_task)).for_each(|(o, x)| {
+        simd::fast(|| {
+            for (o, row) in o.chunks_mut(width).zip(x.chunks(width)) {
+                let n = width as f32;
+                let mean = if center { simd::sum(row) / n } else { 0.0 };
+                let var = simd::sum_sq_dev(row, mean) / n;
+                let inv = 1.0 / (var + eps).sqrt();
+                match (g, b) {
+                    (Some(g), Some(b)) => o
+                        .iter_mut()
+                        .zip(row)
+                        .zip(g.iter().zip(b))
+                        .for_each(|((d, &v), (&gg, &bb))| *d = (v - mean) * inv * gg + bb),
+                    (Some(g), None) => {
+                        o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| *d = (v - mean) * inv * gg)
+                    }
+                    _ => o.iter_mut().zip(row).for_each(|(d, &v)| *d = (v - mean) * inv),
+                }
+            }
+        })
     });
     out
 }
@@ -314,17 +363,28 @@ fn softmax(x: &[f32], width: usize) -> Vec<f32> {
     if width == 0 {
         return out;
     }
-    out.par_chunks_mut(width).zip(x.par_chunks(width)).for_each(|(o, row)| softmax_row(row, o));
+    let rows_per_task = (BLOCK / width).max(1) * width;
+    out.par_chunks_mut(rows_per_task).zip(x.par_chunks(rows_per_task)).for_each(|(o, x)| {
+        simd::fast(|| o.chunks_mut(width).zip(x.chunks(width)).for_each(|(o, row)| softmax_row(row, o)))
+    });
     out
 }
 
+#[inline(always)]
+fn softmax_in_place(row: &mut [f32]) {
+    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) });
+    row.iter_mut().for_each(|v| *v = simd::exp(*v - max));
+    let inv = 1.0 / simd::sum(row);
+    row.iter_mut().for_each(|v| *v *= inv);
+}
+
+#[inline(always)]
 fn softmax_row(row: &[f32], o: &mut [f32]) {
     let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) });
-    let mut sum = 0.0f32;
     for (d, &v) in o.iter_mut().zip(row) {
-        *d = (v - max).exp();
-        sum += *d;
+        *d = simd::exp(v - max);
     }
+    let sum = simd::sum(o);
     let inv = 1.0 / sum;
     o.iter_mut().for_each(|d| *d *= inv);
 }
@@ -353,8 +413,12 @@ fn reduce_last(x: &[f32], width: usize, r: ReduceOp) -> Vec<f32> {
         .collect()
 }
 
-/// Attention one query row at a time: its scores over all keys (a row of `lk` values, never
-/// the full matrix), masks, softmax, and the weighted sum of values; rows run in parallel.
+/// Query rows per attention tile: scores are materialised for one tile of one head at a time
+/// (`QUERY_TILE x lk`), never for the whole `[.., lq, lk]` matrix.
+const QUERY_TILE: usize = 64;
+
+/// Attention per (batch, head, query tile): scores by GEMM against the keys read transposed
+/// through strides, scale, masks and softmax per row, then the weighted sum of values by GEMM.
 fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usize]) -> Option<Vec<f32>> {
     let (q, qs) = (args[0].f32()?, args[0].shape());
     let (k, ks) = (args[1].f32()?, args[1].shape());
@@ -385,32 +449,67 @@ fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usize]) -> Opti
     if dv == 0 || lq == 0 {
         return Some(result);
     }
-    result.par_chunks_mut(dv).enumerate().for_each(|(row, o)| {
-        let (bi, i) = (row / lq, row % lq);
-        let qrow = &q[offset(bi, &sq) * lq * d + i * d..][..d];
-        let (kb, vb) = (offset(bi, &sk) * lk * d, offset(bi, &sv) * lk * dv);
-        let mut scores = vec![0.0f32; lk];
-        for (j, s) in scores.iter_mut().enumerate() {
-            if causal && j + lq > i + lk {
-                *s = f32::NEG_INFINITY;
-                continue;
+    let tiles = lq.div_ceil(QUERY_TILE);
+    result.par_chunks_mut(lq * dv).enumerate().for_each(|(bi, head_out)| {
+        let (qb, kb, vb) = (offset(bi, &sq) * lq * d, offset(bi, &sk) * lk * d, offset(bi, &sv) * lk * dv);
+        let mut scores = vec![0.0f32; QUERY_TILE * lk];
+        for t in 0..tiles {
+            let (i0, rows) = (t * QUERY_TILE, QUERY_TILE.min(lq - t * QUERY_TILE));
+            let s = &mut scores[..rows * lk];
+            // SAFETY: q holds rows x d at qb + i0*d, k holds lk x d at kb (read as d x lk
+            // through strides), s holds rows x lk.
+            unsafe {
+                matrixmultiply::sgemm(
+                    rows,
+                    d,
+                    lk,
+                    scale,
+                    q.as_ptr().add(qb + i0 * d),
+                    d as isize,
+                    1,
+                    k.as_ptr().add(kb),
+                    1,
+                    d as isize,
+                    0.0,
+                    s.as_mut_ptr(),
+                    lk as isize,
+                    1,
+                );
             }
-            let krow = &k[kb + j * d..][..d];
-            let mut acc = qrow.iter().zip(krow).map(|(a, b)| a * b).sum::<f32>() * scale;
-            if let (Some((m, _)), Some(st)) = (mask, &sm) {
-                let mut idx = offset(bi, &st[..batch.len()]);
-                idx += i * st[batch.len()] + j * st[batch.len() + 1];
-                acc += m[idx];
-            }
-            *s = acc;
-        }
-        let mut p = vec![0.0f32; lk];
-        softmax_row(&scores, &mut p);
-        o.fill(0.0);
-        for (j, &pj) in p.iter().enumerate() {
-            if pj != 0.0 {
-                let vrow = &v[vb + j * dv..][..dv];
-                o.iter_mut().zip(vrow).for_each(|(acc, &x)| *acc += pj * x);
+            simd::fast(|| {
+                for (ri, row) in s.chunks_mut(lk).enumerate() {
+                    let i = i0 + ri;
+                    if let (Some((m, _)), Some(st)) = (mask, &sm) {
+                        let base = offset(bi, &st[..batch.len()]) + i * st[batch.len()];
+                        let sj = st[batch.len() + 1];
+                        row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + j * sj]);
+                    }
+                    if causal {
+                        // Key j is visible to query i when j <= i + lk - lq.
+                        let visible = (i + lk + 1).saturating_sub(lq).min(lk);
+                        row[visible..].fill(f32::NEG_INFINITY);
+                    }
+                    softmax_in_place(row);
+                }
+            });
+            // SAFETY: s holds rows x lk, v holds lk x dv at vb, the output tile rows x dv.
+            unsafe {
+                matrixmultiply::sgemm(
+                    rows,
+                    lk,
+                    dv,
+                    1.0,
+                    s.as_ptr(),
+                    lk as isize,
+                    1,
+                    v.as_ptr().add(vb),
+                    dv as isize,
+                    1,
+                    0.0,
+                    head_out.as_mut_ptr().add(i0 * dv),
+                    dv as isize,
+                    1,
+                );
             }
         }
     });
@@ -433,7 +532,8 @@ fn gather_rows(table: (&[f32], &[usize]), ids: &Storage) -> Option<Vec<f32>> {
     Some(out)
 }
 
-/// `out[idx] = x[idx permuted back]`, walking the output in order.
+/// `out[idx] = x[idx permuted back]`. When the last axis stays last, whole rows are copied;
+/// otherwise elements are gathered walking the output in order.
 fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
     let mut contiguous = vec![1usize; x.1.len()];
     for i in (0..x.1.len().saturating_sub(1)).rev() {
@@ -441,6 +541,21 @@ fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
     }
     let st: Vec<usize> = perm.iter().map(|&p| contiguous[p]).collect();
     let total: usize = out.iter().product();
+    let rank = out.len();
+    if rank >= 2 && perm[rank - 1] == rank - 1 && out[rank - 1] > 0 {
+        let width = out[rank - 1];
+        let mut result = vec![0.0f32; total];
+        let outer = &out[..rank - 1];
+        result.par_chunks_mut(width).enumerate().for_each(|(row, dst)| {
+            let (mut rem, mut base) = (row, 0);
+            for dd in (0..outer.len()).rev() {
+                base += (rem % outer[dd]) * st[dd];
+                rem /= outer[dd];
+            }
+            dst.copy_from_slice(&x.0[base..base + width]);
+        });
+        return result;
+    }
     let mut result = Vec::with_capacity(total);
     let mut index = vec![0usize; out.len()];
     for _ in 0..total {
@@ -451,6 +566,33 @@ fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
                 break;
             }
             index[dd] = 0;
+        }
+    }
+    result
+}
+
+/// Elements `start..start + out[axis]` along `axis`, copied a contiguous run at a time.
+fn slice(x: (&[f32], &[usize]), axis: usize, start: usize, out: &[usize]) -> Vec<f32> {
+    let inner: usize = x.1[axis + 1..].iter().product();
+    let outer: usize = x.1[..axis].iter().product();
+    let (len_in, len_out) = (x.1[axis] * inner, out[axis] * inner);
+    let mut result = Vec::with_capacity(outer * len_out);
+    for o in 0..outer {
+        let base = o * len_in + start * inner;
+        result.extend_from_slice(&x.0[base..base + len_out]);
+    }
+    result
+}
+
+/// Parts joined along `axis`, a contiguous run of each part at a time.
+fn concat(parts: &[(&[f32], &[usize])], axis: usize, out: &[usize]) -> Vec<f32> {
+    let inner: usize = out[axis + 1..].iter().product();
+    let outer: usize = out[..axis].iter().product();
+    let mut result = Vec::with_capacity(out.iter().product());
+    for o in 0..outer {
+        for (data, shape) in parts {
+            let run = shape[axis] * inner;
+            result.extend_from_slice(&data[o * run..(o + 1) * run]);
         }
     }
     result

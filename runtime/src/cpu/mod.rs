@@ -8,13 +8,14 @@
 
 mod broadcast;
 mod kernels;
+mod simd;
 mod storage;
 
 use crate::reference::{EvalError, Place, concrete};
 use crate::tensor::HostTensor;
 use rustral_ir::{Dim, Op};
 use rustral_lowering::{BufferKind, Program};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 pub use storage::Storage;
 use thiserror::Error;
@@ -56,7 +57,11 @@ pub struct CpuProgram {
     program: Program,
     pool: rayon::ThreadPool,
     threads: usize,
+    /// Parameters, and everything computed from parameters and constants alone (weight
+    /// transposes, say), evaluated once when parameters are bound.
     params: HashMap<usize, Storage>,
+    /// Kernels whose results are in `params` and are skipped per run.
+    precomputed: HashSet<usize>,
 }
 
 impl CpuProgram {
@@ -67,7 +72,7 @@ impl CpuProgram {
             .num_threads(threads)
             .build()
             .map_err(|e| CpuError::Threads { threads, message: e.to_string() })?;
-        Ok(CpuProgram { program, pool, threads, params: HashMap::new() })
+        Ok(CpuProgram { program, pool, threads, params: HashMap::new(), precomputed: HashSet::new() })
     }
 
     /// The program.
@@ -90,36 +95,110 @@ impl CpuProgram {
                 self.params.insert(b, Storage::from_host(value.clone()));
             }
         }
+        self.precompute()
+    }
+
+    /// Evaluate constants of static shape and the kernels that depend only on parameters and
+    /// such constants, once; runs then skip them.
+    fn precompute(&mut self) -> Result<(), CpuError> {
+        self.precomputed.clear();
+        let empty = BTreeMap::new();
+        let static_shape = |ty: &rustral_ir::TensorType| concrete(&ty.shape.0, &empty).ok();
+        for (b, buf) in self.program.buffers.iter().enumerate() {
+            if let (BufferKind::Constant(op), Some(shape)) = (&buf.kind, static_shape(&buf.ty)) {
+                let t = crate::reference::eval_source(op, buf.ty.dtype, &shape)
+                    .map_err(|message| EvalError::Runtime { place: self.source_place(b), message })?;
+                self.params.insert(b, Storage::from_host(t));
+            }
+        }
+        for (k, kernel) in self.program.kernels.iter().enumerate() {
+            let out_ty = &self.program.buffers[kernel.output].ty;
+            let ready = kernel.inputs.iter().all(|i| self.params.contains_key(i));
+            if let (true, Some(shape)) = (ready, static_shape(out_ty)) {
+                let args: Vec<&Storage> = kernel.inputs.iter().map(|i| &self.params[i]).collect();
+                let (result, _) = self.pool.install(|| self.exec(k, &args, &shape))?;
+                self.params.insert(kernel.output, result);
+                self.precomputed.insert(k);
+            }
+        }
         Ok(())
+    }
+
+    fn source_place(&self, b: usize) -> Place {
+        let buf = &self.program.buffers[b];
+        let op = match &buf.kind {
+            BufferKind::Constant(op) => op.name().to_string(),
+            _ => "buffer".to_string(),
+        };
+        Place { node: b, op, provenance: buf.provenance.clone() }
+    }
+
+    fn place(&self, k: usize) -> Place {
+        let kernel = &self.program.kernels[k];
+        Place { node: kernel.output, op: kernel.name.clone(), provenance: kernel.provenance.clone() }
+    }
+
+    /// Run kernel `k` on `args` into a value of `shape`: the f32 kernel when there is one,
+    /// else the reference implementation. Returns whether the fallback ran.
+    fn exec(&self, k: usize, args: &[&Storage], shape: &[usize]) -> Result<(Storage, bool), CpuError> {
+        let kernel = &self.program.kernels[k];
+        let dtype = self.program.buffers[kernel.output].ty.dtype;
+        let (result, fallback) = match kernels::try_f32(&kernel.op, args, dtype, shape) {
+            Some(v) => (Storage::F32(v, shape.to_vec()), false),
+            None => {
+                let hosts: Vec<HostTensor> = args.iter().map(|s| s.to_host()).collect();
+                let refs: Vec<&HostTensor> = hosts.iter().collect();
+                let t = crate::reference::eval_op(&kernel.op, &refs, dtype, shape)
+                    .map_err(|message| EvalError::Runtime { place: self.place(k), message })?;
+                (Storage::from_host(t), true)
+            }
+        };
+        if result.shape() != shape {
+            let message = format!("internal error: kernel produced {:?}, expected {:?}", result.shape(), shape);
+            return Err(EvalError::Runtime { place: self.place(k), message }.into());
+        }
+        Ok((result, fallback))
     }
 
     /// Run on named inputs; returns the outputs in order.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, CpuError> {
+        let inputs: HashMap<String, Storage> =
+            inputs.iter().map(|(n, t)| (n.clone(), Storage::from_host(t.clone()))).collect();
+        let out = self.run_inner(&inputs, None)?;
+        Ok(out.into_iter().map(|(n, s)| (n, s.to_host())).collect())
+    }
+
+    /// Run on inputs already in CPU storage (no conversion on the way in or out): what
+    /// benchmarks and repeated inference use.
+    pub fn run_storage(&self, inputs: &HashMap<String, Storage>) -> Result<Vec<(String, Storage)>, CpuError> {
         self.run_inner(inputs, None)
     }
 
     /// Run and time every kernel.
     pub fn run_profiled(&self, inputs: &HashMap<String, HostTensor>) -> Result<(Outputs, Vec<KernelTime>), CpuError> {
         let mut times = Vec::new();
-        let out = self.run_inner(inputs, Some(&mut times))?;
-        Ok((out, times))
+        let inputs: HashMap<String, Storage> =
+            inputs.iter().map(|(n, t)| (n.clone(), Storage::from_host(t.clone()))).collect();
+        let out = self.run_inner(&inputs, Some(&mut times))?;
+        Ok((out.into_iter().map(|(n, s)| (n, s.to_host())).collect(), times))
     }
 
     fn run_inner(
         &self,
-        inputs: &HashMap<String, HostTensor>,
+        inputs: &HashMap<String, Storage>,
         mut times: Option<&mut Vec<KernelTime>>,
-    ) -> Result<Vec<(String, HostTensor)>, CpuError> {
+    ) -> Result<Vec<(String, Storage)>, CpuError> {
         let p = &self.program;
         let mut binding = BTreeMap::new();
         let mut values: Vec<Option<Storage>> = vec![None; p.buffers.len()];
+        let mut fed: HashMap<usize, &Storage> = HashMap::new();
         for (b, buf) in p.buffers.iter().enumerate() {
             match &buf.kind {
                 BufferKind::Input(name) => {
                     let v =
                         inputs.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "input", name: name.clone() })?;
-                    check_type(name, &buf.ty, v, &mut binding)?;
-                    values[b] = Some(Storage::from_host(v.clone()));
+                    check_storage(name, &buf.ty, v, &mut binding)?;
+                    fed.insert(b, v);
                 }
                 BufferKind::Param(name) => {
                     let v = self
@@ -144,11 +223,11 @@ impl CpuProgram {
                 return Err(EvalError::UnknownFeed { name: name.clone(), known: known.join(", ") }.into());
             }
         }
-        let place = |k: usize| {
-            let kernel = &p.kernels[k];
-            Place { node: kernel.output, op: kernel.name.clone(), provenance: kernel.provenance.clone() }
-        };
+        let place = |k: usize| self.place(k);
         for (b, buf) in p.buffers.iter().enumerate() {
+            if self.params.contains_key(&b) {
+                continue;
+            }
             if let BufferKind::Constant(op) = &buf.kind {
                 let shape = concrete(&buf.ty.shape.0, &binding).map_err(|sym| EvalError::UnboundSymbol {
                     place: Place { node: b, op: op.name().into(), provenance: buf.provenance.clone() },
@@ -164,6 +243,9 @@ impl CpuProgram {
         }
         self.pool.install(|| -> Result<(), CpuError> {
             for (k, kernel) in p.kernels.iter().enumerate() {
+                if self.precomputed.contains(&k) {
+                    continue;
+                }
                 let start = Instant::now();
                 let out_ty = &p.buffers[kernel.output].ty;
                 let shape = concrete(&out_ty.shape.0, &binding)
@@ -171,22 +253,15 @@ impl CpuProgram {
                 let args: Vec<&Storage> = kernel
                     .inputs
                     .iter()
-                    .map(|&i| values[i].as_ref().or_else(|| self.params.get(&i)).expect("inputs computed before use"))
+                    .map(|&i| {
+                        values[i]
+                            .as_ref()
+                            .or_else(|| self.params.get(&i))
+                            .or_else(|| fed.get(&i).copied())
+                            .expect("inputs computed before use")
+                    })
                     .collect();
-                let (result, fallback) = match kernels::try_f32(&kernel.op, &args, out_ty.dtype, &shape) {
-                    Some(v) => (Storage::F32(v, shape.clone()), false),
-                    None => {
-                        let hosts: Vec<HostTensor> = args.iter().map(|s| s.to_host()).collect();
-                        let refs: Vec<&HostTensor> = hosts.iter().collect();
-                        let t = crate::reference::eval_op(&kernel.op, &refs, out_ty.dtype, &shape)
-                            .map_err(|message| EvalError::Runtime { place: place(k), message })?;
-                        (Storage::from_host(t), true)
-                    }
-                };
-                if result.shape() != shape.as_slice() {
-                    let message = format!("internal error: kernel produced {:?}, expected {:?}", result.shape(), shape);
-                    return Err(EvalError::Runtime { place: place(k), message }.into());
-                }
+                let (result, fallback) = self.exec(k, &args, &shape)?;
                 values[kernel.output] = Some(result);
                 for &dead in &p.plan.frees_after[k] {
                     values[dead] = None;
@@ -205,10 +280,24 @@ impl CpuProgram {
         Ok(p.outputs
             .iter()
             .map(|(name, b)| {
-                (name.clone(), values[*b].as_ref().or_else(|| self.params.get(b)).expect("outputs stay live").to_host())
+                let v = values[*b].as_ref().or_else(|| self.params.get(b)).or_else(|| fed.get(b).copied());
+                (name.clone(), v.expect("outputs stay live").clone())
             })
             .collect())
     }
+}
+
+fn check_storage(
+    name: &str,
+    ty: &rustral_ir::TensorType,
+    v: &Storage,
+    binding: &mut BTreeMap<String, usize>,
+) -> Result<(), EvalError> {
+    let dtype = match v {
+        Storage::F32(..) => rustral_ir::DType::F32,
+        Storage::Wide(t) => t.dtype,
+    };
+    check(name, ty, dtype, v.shape(), binding)
 }
 
 fn check_type(
@@ -217,19 +306,25 @@ fn check_type(
     v: &HostTensor,
     binding: &mut BTreeMap<String, usize>,
 ) -> Result<(), EvalError> {
-    if v.dtype != ty.dtype || v.shape().len() != ty.rank() {
-        return Err(EvalError::FeedMismatch {
-            name: name.into(),
-            expected: ty.to_string(),
-            found: format!("{}{:?}", v.dtype, v.shape()),
-        });
+    check(name, ty, v.dtype, v.shape(), binding)
+}
+
+/// A fed value's dtype and rank must match; its dims bind the symbols (a conflict is
+/// reported as such, any other mismatch names the declared type).
+fn check(
+    name: &str,
+    ty: &rustral_ir::TensorType,
+    dtype: rustral_ir::DType,
+    shape: &[usize],
+    binding: &mut BTreeMap<String, usize>,
+) -> Result<(), EvalError> {
+    let mismatch =
+        || EvalError::FeedMismatch { name: name.into(), expected: ty.to_string(), found: format!("{dtype}{shape:?}") };
+    if dtype != ty.dtype || shape.len() != ty.rank() {
+        return Err(mismatch());
     }
-    bind_dims(name, &ty.shape.0, v.shape(), binding).map_err(|e| match e {
-        EvalError::FeedMismatch { .. } => EvalError::FeedMismatch {
-            name: name.into(),
-            expected: ty.to_string(),
-            found: format!("{}{:?}", v.dtype, v.shape()),
-        },
+    bind_dims(name, &ty.shape.0, shape, binding).map_err(|e| match e {
+        EvalError::FeedMismatch { .. } => mismatch(),
         other => other,
     })
 }

@@ -1,0 +1,61 @@
+//! Per-kernel profile of a workload on the CPU target, summed by op and by module path:
+//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2] [threads]`.
+
+use rustral_bench::prepare;
+use rustral_frontend::{TraceOptions, trace_named};
+use rustral_models::{Bert, BertConfig, Gpt2, Gpt2Config};
+use rustral_passes::OptLevel;
+use rustral_runtime::HostTensor;
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let which = args.first().map_or("minilm", String::as_str);
+    let threads = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(1);
+    let (traced, sizes) = match which {
+        "gpt2" => {
+            let mut config = Gpt2Config::tiny(12);
+            (config.n_embd, config.n_head, config.vocab_size, config.n_positions) = (768, 12, 50257, 1024);
+            let m = Gpt2 { config };
+            let t = trace_named(TraceOptions::default(), |ctx| {
+                let x = m.input(ctx)?;
+                Ok(vec![("logits".into(), m.forward(ctx, &x)?)])
+            });
+            (t.expect("traces"), vec![("batch", 8), ("seq", 128)])
+        }
+        _ => {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/minilm/model_files/config.json");
+            let m = Bert { config: BertConfig::from_file(std::path::Path::new(path)).expect("config") };
+            let t = trace_named(TraceOptions::default(), |ctx| {
+                let (ids, types, mask) = m.inputs(ctx)?;
+                let h = m.forward(ctx, &ids, &types, &mask)?;
+                Ok(vec![("embeddings".into(), m.sentence_embedding(ctx, &h, &mask)?)])
+            });
+            (t.expect("traces"), vec![("batch", 32), ("seq", 128)])
+        }
+    };
+    let p = prepare(&traced, OptLevel::O2, threads, &sizes, 30000);
+    let inputs: HashMap<String, HostTensor> = p.inputs.iter().map(|(n, s)| (n.clone(), s.to_host())).collect();
+    let _ = p.program.run_profiled(&inputs).expect("runs");
+    let (_, times) = p.program.run_profiled(&inputs).expect("runs");
+    let total: Duration = times.iter().map(|t| t.time).sum();
+    let mut by_op: BTreeMap<String, (Duration, usize, usize)> = BTreeMap::new();
+    for t in &times {
+        let e = by_op.entry(t.op.clone()).or_default();
+        e.0 += t.time;
+        e.1 += 1;
+        e.2 += usize::from(t.fallback);
+    }
+    let mut rows: Vec<_> = by_op.into_iter().collect();
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1.0));
+    println!("{which}, {threads} thread(s): {:.1} ms in {} kernels", total.as_secs_f64() * 1e3, times.len());
+    println!("{:<20} {:>10} {:>7} {:>8} {:>9}", "op", "ms", "share", "kernels", "fallback");
+    for (op, (d, n, fb)) in rows {
+        println!(
+            "{op:<20} {:>10.2} {:>6.1}% {n:>8} {fb:>9}",
+            d.as_secs_f64() * 1e3,
+            100.0 * d.as_secs_f64() / total.as_secs_f64()
+        );
+    }
+}
