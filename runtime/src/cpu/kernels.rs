@@ -85,7 +85,7 @@ fn par_rows(out: &[usize], work: impl Fn(std::ops::Range<usize>, &mut [f32]) + S
     let rows_per_block = (BLOCK / width).max(1);
     result.par_chunks_mut(rows_per_block * width).enumerate().for_each(|(b, dst)| {
         let first = b * rows_per_block;
-        simd::fast(|| work(first..first + dst.len() / width, dst));
+        work(first..first + dst.len() / width, dst);
     });
     result
 }
@@ -185,30 +185,46 @@ fn silu(x: f32) -> f32 {
     x / (1.0 + simd::exp(-x))
 }
 
-/// Add the bias row and apply the activation to GEMM output rows of width `n`, with the
-/// activation chosen outside the loop so each loop vectorises.
-fn epilogue(rows: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
-    #[inline(always)]
-    fn each(rows: &mut [f32], n: usize, bias: Option<&[f32]>, f: impl Fn(f32) -> f32 + Copy) {
-        for row in rows.chunks_mut(n) {
-            match bias {
-                Some(b) => row.iter_mut().zip(b).for_each(|(v, &bb)| *v = f(*v + bb)),
-                None => row.iter_mut().for_each(|v| *v = f(*v)),
-            }
+#[inline(always)]
+fn relu(x: f32) -> f32 {
+    if x > 0.0 || x.is_nan() { x } else { 0.0 }
+}
+
+#[inline(always)]
+fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + simd::exp(-x))
+}
+
+#[inline(always)]
+fn identity(x: f32) -> f32 {
+    x
+}
+
+#[inline(always)]
+fn each(rows: &mut [f32], n: usize, bias: Option<&[f32]>, f: impl Fn(f32) -> f32 + Copy) {
+    for row in rows.chunks_mut(n) {
+        match bias {
+            Some(b) => row.iter_mut().zip(b).for_each(|(v, &bb)| *v = f(*v + bb)),
+            None => row.iter_mut().for_each(|v| *v = f(*v)),
         }
     }
-    if bias.is_none() && act == Activation::None {
-        return;
+}
+
+simd::multiversion! {
+    /// Add the bias row and apply the activation to GEMM output rows of width `n`, with the
+    /// activation chosen outside the loop so each loop vectorises.
+    fn epilogue(rows: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
+        match act {
+            Activation::None if bias.is_none() => {}
+            Activation::None => each(rows, n, bias, identity),
+            Activation::Relu => each(rows, n, bias, relu),
+            Activation::GeluErf => each(rows, n, bias, gelu_erf),
+            Activation::GeluTanh => each(rows, n, bias, gelu_tanh),
+            Activation::Silu => each(rows, n, bias, silu),
+            Activation::Tanh => each(rows, n, bias, simd::tanh),
+            Activation::Sigmoid => each(rows, n, bias, sigmoid),
+        }
     }
-    simd::fast(|| match act {
-        Activation::None => each(rows, n, bias, |x| x),
-        Activation::Relu => each(rows, n, bias, |x| if x > 0.0 || x.is_nan() { x } else { 0.0 }),
-        Activation::GeluErf => each(rows, n, bias, gelu_erf),
-        Activation::GeluTanh => each(rows, n, bias, gelu_tanh),
-        Activation::Silu => each(rows, n, bias, silu),
-        Activation::Tanh => each(rows, n, bias, simd::tanh),
-        Activation::Sigmoid => each(rows, n, bias, |x| 1.0 / (1.0 + simd::exp(-x))),
-    })
 }
 
 /// A fused elementwise body evaluated a row at a time: every body node becomes a row of
@@ -333,28 +349,31 @@ fn norm(x: &[f32], width: usize, g: Option<&[f32]>, b: Option<&[f32]>, eps: f32,
         return out;
     }
     let rows_per_task = (BLOCK / width).max(1) * width;
-    out.par_chunks_mut(rows_per_task).zip(x.par_chunks(rows_per_task)).for_each(|(o, x)| {
-        simd::fast(|| {
-            for (o, row) in o.chunks_mut(width).zip(x.chunks(width)) {
-                let n = width as f32;
-                let mean = if center { simd::sum(row) / n } else { 0.0 };
-                let var = simd::sum_sq_dev(row, mean) / n;
-                let inv = 1.0 / (var + eps).sqrt();
-                match (g, b) {
-                    (Some(g), Some(b)) => o
-                        .iter_mut()
-                        .zip(row)
-                        .zip(g.iter().zip(b))
-                        .for_each(|((d, &v), (&gg, &bb))| *d = (v - mean) * inv * gg + bb),
-                    (Some(g), None) => {
-                        o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| *d = (v - mean) * inv * gg)
-                    }
-                    _ => o.iter_mut().zip(row).for_each(|(d, &v)| *d = (v - mean) * inv),
-                }
-            }
-        })
-    });
+    out.par_chunks_mut(rows_per_task)
+        .zip(x.par_chunks(rows_per_task))
+        .for_each(|(o, x)| norm_rows(o, x, width, g, b, eps, center));
     out
+}
+
+simd::multiversion! {
+    /// Normalise consecutive rows of `width`.
+    fn norm_rows(o: &mut [f32], x: &[f32], width: usize, g: Option<&[f32]>, b: Option<&[f32]>, eps: f32, center: bool) {
+        for (o, row) in o.chunks_mut(width).zip(x.chunks(width)) {
+            let n = width as f32;
+            let mean = if center { simd::sum(row) / n } else { 0.0 };
+            let var = simd::sum_sq_dev(row, mean) / n;
+            let inv = 1.0 / (var + eps).sqrt();
+            match (g, b) {
+                (Some(g), Some(b)) => o
+                    .iter_mut()
+                    .zip(row)
+                    .zip(g.iter().zip(b))
+                    .for_each(|((d, &v), (&gg, &bb))| *d = (v - mean) * inv * gg + bb),
+                (Some(g), None) => o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| *d = (v - mean) * inv * gg),
+                _ => o.iter_mut().zip(row).for_each(|(d, &v)| *d = (v - mean) * inv),
+            }
+        }
+    }
 }
 
 /// Softmax over rows of `width`, in parallel over rows.
@@ -364,10 +383,15 @@ fn softmax(x: &[f32], width: usize) -> Vec<f32> {
         return out;
     }
     let rows_per_task = (BLOCK / width).max(1) * width;
-    out.par_chunks_mut(rows_per_task).zip(x.par_chunks(rows_per_task)).for_each(|(o, x)| {
-        simd::fast(|| o.chunks_mut(width).zip(x.chunks(width)).for_each(|(o, row)| softmax_row(row, o)))
-    });
+    out.par_chunks_mut(rows_per_task).zip(x.par_chunks(rows_per_task)).for_each(|(o, x)| softmax_rows(o, x, width));
     out
+}
+
+simd::multiversion! {
+    /// Softmax of consecutive rows of `width`.
+    fn softmax_rows(o: &mut [f32], x: &[f32], width: usize) {
+        o.chunks_mut(width).zip(x.chunks(width)).for_each(|(o, row)| softmax_row(row, o))
+    }
 }
 
 #[inline(always)]
@@ -413,12 +437,10 @@ fn reduce_last(x: &[f32], width: usize, r: ReduceOp) -> Vec<f32> {
         .collect()
 }
 
-/// Query rows per attention tile: scores are materialised for one tile of one head at a time
-/// (`QUERY_TILE x lk`), never for the whole `[.., lq, lk]` matrix.
-const QUERY_TILE: usize = 64;
-
-/// Attention per (batch, head, query tile): scores by GEMM against the keys read transposed
-/// through strides, scale, masks and softmax per row, then the weighted sum of values by GEMM.
+/// Attention per (batch, head), one query row at a time, so only a row of `lk` scores ever
+/// exists (never the `[.., lq, lk]` matrix). Keys are transposed once per head so that a
+/// score row is a sum of `d` contiguous axpys, and the output row a sum of `lk` axpys over
+/// values: both vectorise.
 fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usize]) -> Option<Vec<f32>> {
     let (q, qs) = (args[0].f32()?, args[0].shape());
     let (k, ks) = (args[1].f32()?, args[1].shape());
@@ -436,84 +458,94 @@ fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usize]) -> Opti
     let mut score_shape = batch.to_vec();
     score_shape.extend([lq, lk]);
     let sm = mask.map(|(_, s)| strides(s, &score_shape));
-    let offset = |index: usize, st: &[usize]| {
-        let mut rem = index;
-        let mut off = 0;
-        for dd in (0..batch.len()).rev() {
-            off += (rem % batch[dd]) * st[dd];
-            rem /= batch[dd];
-        }
-        off
-    };
     let mut result = vec![0.0f32; out.iter().product()];
     if dv == 0 || lq == 0 {
         return Some(result);
     }
-    let tiles = lq.div_ceil(QUERY_TILE);
-    result.par_chunks_mut(lq * dv).enumerate().for_each(|(bi, head_out)| {
-        let (qb, kb, vb) = (offset(bi, &sq) * lq * d, offset(bi, &sk) * lk * d, offset(bi, &sv) * lk * dv);
-        let mut scores = vec![0.0f32; QUERY_TILE * lk];
-        for t in 0..tiles {
-            let (i0, rows) = (t * QUERY_TILE, QUERY_TILE.min(lq - t * QUERY_TILE));
-            let s = &mut scores[..rows * lk];
-            // SAFETY: q holds rows x d at qb + i0*d, k holds lk x d at kb (read as d x lk
-            // through strides), s holds rows x lk.
-            unsafe {
-                matrixmultiply::sgemm(
-                    rows,
-                    d,
-                    lk,
-                    scale,
-                    q.as_ptr().add(qb + i0 * d),
-                    d as isize,
-                    1,
-                    k.as_ptr().add(kb),
-                    1,
-                    d as isize,
-                    0.0,
-                    s.as_mut_ptr(),
-                    lk as isize,
-                    1,
-                );
-            }
-            simd::fast(|| {
-                for (ri, row) in s.chunks_mut(lk).enumerate() {
-                    let i = i0 + ri;
-                    if let (Some((m, _)), Some(st)) = (mask, &sm) {
-                        let base = offset(bi, &st[..batch.len()]) + i * st[batch.len()];
-                        let sj = st[batch.len() + 1];
-                        row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + j * sj]);
-                    }
-                    if causal {
-                        // Key j is visible to query i when j <= i + lk - lq.
-                        let visible = (i + lk + 1).saturating_sub(lq).min(lk);
-                        row[visible..].fill(f32::NEG_INFINITY);
-                    }
-                    softmax_in_place(row);
-                }
-            });
-            // SAFETY: s holds rows x lk, v holds lk x dv at vb, the output tile rows x dv.
-            unsafe {
-                matrixmultiply::sgemm(
-                    rows,
-                    lk,
-                    dv,
-                    1.0,
-                    s.as_ptr(),
-                    lk as isize,
-                    1,
-                    v.as_ptr().add(vb),
-                    dv as isize,
-                    1,
-                    0.0,
-                    head_out.as_mut_ptr().add(i0 * dv),
-                    dv as isize,
-                    1,
-                );
-            }
-        }
-    });
+    let head = Head {
+        q,
+        k,
+        v,
+        mask: mask.map(|(m, _)| m),
+        mask_strides: sm.as_deref(),
+        batch,
+        sq: &sq,
+        sk: &sk,
+        sv: &sv,
+        lq,
+        lk,
+        d,
+        dv,
+        scale,
+        causal,
+    };
+    result.par_chunks_mut(lq * dv).enumerate().for_each(|(bi, head_out)| attention_head(head_out, bi, &head));
     Some(result)
+}
+
+/// What one attention head reads.
+struct Head<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    mask: Option<&'a [f32]>,
+    mask_strides: Option<&'a [usize]>,
+    batch: &'a [usize],
+    sq: &'a [usize],
+    sk: &'a [usize],
+    sv: &'a [usize],
+    lq: usize,
+    lk: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    causal: bool,
+}
+
+impl Head<'_> {
+    /// Offset of batch index `index` under strides `st` (in units of whole matrices).
+    #[inline(always)]
+    fn offset(&self, index: usize, st: &[usize]) -> usize {
+        let mut rem = index;
+        let mut off = 0;
+        for dd in (0..self.batch.len()).rev() {
+            off += (rem % self.batch[dd]) * st[dd];
+            rem /= self.batch[dd];
+        }
+        off
+    }
+}
+
+simd::multiversion! {
+    /// One (batch, head): rows of queries against all keys, a row of scores at a time.
+    fn attention_head(head_out: &mut [f32], bi: usize, head: &Head<'_>) {
+        let Head { q, k, v, mask, mask_strides, batch, sq, sk, sv, lq, lk, d, dv, scale, causal } = *head;
+        let sm = mask_strides;
+        let mask = mask.map(|m| (m, ()));
+
+            let (qb, kb, vb) = (head.offset(bi, &sq) * lq * d, head.offset(bi, &sk) * lk * d, head.offset(bi, &sv) * lk * dv);
+            let mut kt = vec![0.0f32; d * lk];
+            for j in 0..lk {
+                for t in 0..d {
+                    kt[t * lk + j] = k[kb + j * d + t];
+                }
+            }
+            let mut row = vec![0.0f32; lk];
+            for i in 0..lq {
+                let qrow = &q[qb + i * d..qb + (i + 1) * d];
+                scores_row(&mut row, qrow, &kt, scale);
+                if let (Some((m, _)), Some(st)) = (mask, sm) {
+                    let base = head.offset(bi, &st[..batch.len()]) + i * st[batch.len()];
+                    let sj = st[batch.len() + 1];
+                    row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + j * sj]);
+                }
+                // Key j is visible to query i when j <= i + lk - lq.
+                let visible = if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
+                row[visible..].fill(f32::NEG_INFINITY);
+                softmax_in_place(&mut row);
+                weighted_rows(&mut head_out[i * dv..(i + 1) * dv], &row[..visible], &v[vb..vb + visible * dv]);
+            }
+    }
 }
 
 /// Rows of an f32 table picked by integer ids (embedding lookup).
@@ -596,4 +628,52 @@ fn concat(parts: &[(&[f32], &[usize])], axis: usize, out: &[usize]) -> Vec<f32> 
         }
     }
     result
+}
+
+/// Register-blocked lanes for the attention loops: 16 accumulators (two AVX2 registers) stay
+/// in registers while the contraction runs, so each step is one load and one FMA.
+const LANES: usize = 16;
+
+/// `row[j] = scale * sum_t q[t] * kt[t][j]` with `kt` the keys transposed (`d x lk`).
+#[inline(always)]
+fn scores_row(row: &mut [f32], q: &[f32], kt: &[f32], scale: f32) {
+    let lk = row.len();
+    let mut j = 0;
+    while j + LANES <= lk {
+        let mut acc = [0.0f32; LANES];
+        for (t, &qt) in q.iter().enumerate() {
+            let k = &kt[t * lk + j..t * lk + j + LANES];
+            for u in 0..LANES {
+                acc[u] = qt.mul_add(k[u], acc[u]);
+            }
+        }
+        for u in 0..LANES {
+            row[j + u] = acc[u] * scale;
+        }
+        j += LANES;
+    }
+    for (jj, r) in row.iter_mut().enumerate().skip(j) {
+        *r = q.iter().enumerate().map(|(t, &qt)| qt * kt[t * lk + jj]).sum::<f32>() * scale;
+    }
+}
+
+/// `out = sum_j p[j] * v[j]` over value rows of `out.len()`.
+#[inline(always)]
+fn weighted_rows(out: &mut [f32], p: &[f32], v: &[f32]) {
+    let dv = out.len();
+    let mut c = 0;
+    while c + LANES <= dv {
+        let mut acc = [0.0f32; LANES];
+        for (j, &pj) in p.iter().enumerate() {
+            let x = &v[j * dv + c..j * dv + c + LANES];
+            for u in 0..LANES {
+                acc[u] = pj.mul_add(x[u], acc[u]);
+            }
+        }
+        out[c..c + LANES].copy_from_slice(&acc);
+        c += LANES;
+    }
+    for (cc, o) in out.iter_mut().enumerate().skip(c) {
+        *o = p.iter().enumerate().map(|(j, &pj)| pj * v[j * dv + cc]).sum();
+    }
 }

@@ -12,7 +12,10 @@ pub fn exp(x: f32) -> f32 {
     const LN2_LO: f32 = -2.121_944_4e-4;
     let x0 = x;
     let x = x.clamp(-87.33, 88.72);
-    let n = (x * LOG2E + 0.5).floor();
+    // Round to nearest by adding 1.5 * 2^23 (no call to floorf, which does not vectorise
+    // without SSE4.1).
+    const ROUND: f32 = 12_582_912.0;
+    let n = (x * LOG2E + ROUND) - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.0
         + r * (1.0
@@ -106,22 +109,44 @@ pub fn sum_sq_dev(xs: &[f32], m: f32) -> f32 {
     acc.iter().sum::<f32>() + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
 }
 
-/// Run `f` with AVX2+FMA code generation when the CPU has it (for row kernels whose inner
-/// loops are inlined into `f`).
-pub fn fast<R>(f: impl FnOnce() -> R) -> R {
+/// True when the AVX2+FMA versions may run.
+#[inline]
+pub fn has_avx2() -> bool {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports the features `fast_avx2` is compiled for.
-        return unsafe { fast_avx2(f) };
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
     }
-    f()
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn fast_avx2<R>(f: impl FnOnce() -> R) -> R {
-    f()
+/// Define `fn $name(args) -> ret` twice, as a baseline body and as an AVX2+FMA copy of the same
+/// body, and dispatch at run time. Closures passed into a target-feature function are not
+/// compiled with its features, so kernels that need the wide registers are written as plain
+/// functions through this macro.
+macro_rules! multiversion {
+    ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$doc])*
+        fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::cpu::simd::has_avx2() {
+                // SAFETY: the CPU supports the features `avx2` is compiled for.
+                return unsafe { avx2($($arg),*) };
+            }
+            body($($arg),*)
+        }
+    };
 }
+pub(crate) use multiversion;
 
 #[cfg(test)]
 mod tests {
