@@ -520,31 +520,27 @@ simd::multiversion! {
     /// One (batch, head): rows of queries against all keys, a row of scores at a time.
     fn attention_head(head_out: &mut [f32], bi: usize, head: &Head<'_>) {
         let Head { q, k, v, mask, mask_strides, batch, sq, sk, sv, lq, lk, d, dv, scale, causal } = *head;
-        let sm = mask_strides;
-        let mask = mask.map(|m| (m, ()));
-
-            let (qb, kb, vb) = (head.offset(bi, &sq) * lq * d, head.offset(bi, &sk) * lk * d, head.offset(bi, &sv) * lk * dv);
-            let mut kt = vec![0.0f32; d * lk];
-            for j in 0..lk {
-                for t in 0..d {
-                    kt[t * lk + j] = k[kb + j * d + t];
-                }
+        let (qb, kb, vb) = (head.offset(bi, sq) * lq * d, head.offset(bi, sk) * lk * d, head.offset(bi, sv) * lk * dv);
+        let mut kt = vec![0.0f32; d * lk];
+        for j in 0..lk {
+            for t in 0..d {
+                kt[t * lk + j] = k[kb + j * d + t];
             }
-            let mut row = vec![0.0f32; lk];
-            for i in 0..lq {
-                let qrow = &q[qb + i * d..qb + (i + 1) * d];
-                scores_row(&mut row, qrow, &kt, scale);
-                if let (Some((m, _)), Some(st)) = (mask, sm) {
-                    let base = head.offset(bi, &st[..batch.len()]) + i * st[batch.len()];
-                    let sj = st[batch.len() + 1];
-                    row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + j * sj]);
-                }
-                // Key j is visible to query i when j <= i + lk - lq.
-                let visible = if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
-                row[visible..].fill(f32::NEG_INFINITY);
-                softmax_in_place(&mut row);
-                weighted_rows(&mut head_out[i * dv..(i + 1) * dv], &row[..visible], &v[vb..vb + visible * dv]);
+        }
+        let mut row = vec![0.0f32; lk];
+        for i in 0..lq {
+            scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
+            if let (Some(m), Some(st)) = (mask, mask_strides) {
+                let base = head.offset(bi, &st[..batch.len()]) + i * st[batch.len()];
+                let sj = st[batch.len() + 1];
+                row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + j * sj]);
             }
+            // Key j is visible to query i when j <= i + lk - lq.
+            let visible = if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
+            row[visible..].fill(f32::NEG_INFINITY);
+            softmax_in_place(&mut row);
+            weighted_rows(&mut head_out[i * dv..(i + 1) * dv], &row[..visible], &v[vb..vb + visible * dv]);
+        }
     }
 }
 
