@@ -53,7 +53,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         Op::Softmax { axis } if *axis + 1 == out.len() => Some(softmax(f(0)?.0, *out.last()?)),
         Op::Reduce { op: r, axes, .. } if axes.len() == 1 && axes[0] + 1 == args[0].shape().len() => {
             let (x, s) = f(0)?;
-            Some(reduce_last(x, *s.last()?, *r))
+            Some(reduce_last(x, *s.last()?, *r, out.iter().product()))
         }
         Op::Attention { scale, causal } => attention(args, scale.0 as f32, *causal, out),
         Op::Gather { axis: 0 } => gather_rows(f(0)?, args[1]),
@@ -304,6 +304,11 @@ fn matmul(
     if m == 0 || n == 0 {
         return Some(c);
     }
+    if k == 0 {
+        // An empty contraction is zero; the epilogue still applies.
+        epilogue(&mut c, n, bias_row, act);
+        return Some(c);
+    }
     let gemm = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32]| {
         // SAFETY: the slices hold rows*k, k*n and rows*n elements at these offsets (shapes
         // were checked by the verifier and bound from the buffers' own lengths).
@@ -413,7 +418,8 @@ fn softmax_row(row: &[f32], o: &mut [f32]) {
     o.iter_mut().for_each(|d| *d *= inv);
 }
 
-fn reduce_last(x: &[f32], width: usize, r: ReduceOp) -> Vec<f32> {
+/// Reduce rows of `width` into `rows` values (an empty row gives the reduction's identity).
+fn reduce_last(x: &[f32], width: usize, r: ReduceOp, rows: usize) -> Vec<f32> {
     if width == 0 {
         let fill = match r {
             ReduceOp::Sum => 0.0,
@@ -421,7 +427,7 @@ fn reduce_last(x: &[f32], width: usize, r: ReduceOp) -> Vec<f32> {
             ReduceOp::Max => f32::NEG_INFINITY,
             ReduceOp::Min => f32::INFINITY,
         };
-        return vec![fill; x.len()];
+        return vec![fill; rows];
     }
     x.par_chunks(width)
         .map(|row| match r {

@@ -144,6 +144,10 @@ impl CpuProgram {
         let kernel = &self.program.kernels[k];
         let dtype = self.program.buffers[kernel.output].ty.dtype;
         let (result, fallback) = match kernels::try_f32(&kernel.op, args, dtype, shape) {
+            Some(v) if v.len() != shape.iter().product::<usize>() => {
+                let message = format!("internal error: f32 kernel produced {} values for shape {shape:?}", v.len());
+                return Err(EvalError::Runtime { place: self.place(k), message }.into());
+            }
             Some(v) => (Storage::F32(v, shape.to_vec()), false),
             None => {
                 let hosts: Vec<HostTensor> = args.iter().map(|s| s.to_host()).collect();
