@@ -12,15 +12,7 @@ use rustral::runtime::reference::evaluate;
 use std::collections::HashMap;
 
 fn values(seed: u64, n: usize) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-        })
-        .collect()
+    rustral::runtime::seeded_values(seed, n)
 }
 
 /// Inputs for `g` (not params): ids below `vocab`, masks with the last position padded.

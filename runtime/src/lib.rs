@@ -7,4 +7,4 @@ pub mod cpu;
 pub mod reference;
 mod tensor;
 
-pub use tensor::{HostTensor, ValuesDoNotFit, round_to};
+pub use tensor::{HostTensor, ValuesDoNotFit, round_to, seeded_values};

@@ -82,3 +82,17 @@ pub fn round_to(dtype: DType, x: f64) -> f64 {
         DType::Bool => f64::from(u8::from(x != 0.0)),
     }
 }
+
+/// `n` deterministic pseudo-random values in `[-1, 1)` (xorshift64 from `seed`), the same on
+/// every platform: seeded inputs for examples, tests and benchmarks.
+pub fn seeded_values(seed: u64, n: usize) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        })
+        .collect()
+}

@@ -18,15 +18,7 @@ pub fn compile(g: &Graph, level: OptLevel) -> (Graph, Compiled) {
 
 /// Deterministic values in [-1, 1).
 pub fn values(seed: u64, n: usize) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-        })
-        .collect()
+    rustral_runtime::seeded_values(seed, n)
 }
 
 /// Feeds for every input and param: seeded values, symbols bound by `sizes`; integer inputs

@@ -28,15 +28,7 @@ pub fn run1(src: &str, feeds: &[(&str, &[usize], &[f64])]) -> HostTensor {
 
 /// Deterministic pseudo-random values in [-1, 1).
 pub fn values(seed: u64, n: usize) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-        })
-        .collect()
+    rustral_runtime::seeded_values(seed, n)
 }
 
 /// Assert elementwise closeness: |a - b| <= atol + rtol * |b|.
