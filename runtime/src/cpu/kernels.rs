@@ -271,8 +271,8 @@ fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize]) -> Option<Vec
 
 /// Batched matmul (batch dims broadcast) with an optional bias over the last axis and an
 /// activation applied to each output block right after its GEMM, while it is in cache. The
-/// GEMM is `matrixmultiply::sgemm`; batches, or row blocks of a single product, run in
-/// parallel.
+/// GEMM is the `gemm` crate's; batches run in parallel, a single product uses its own
+/// parallel kernel on the pool's threads.
 fn matmul(
     a: (&[f32], &[usize]),
     b: (&[f32], &[usize]),
@@ -309,39 +309,42 @@ fn matmul(
         epilogue(&mut c, n, bias_row, act);
         return Some(c);
     }
-    let gemm = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32]| {
+    let product = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32], par: gemm::Parallelism| {
         // SAFETY: the slices hold rows*k, k*n and rows*n elements at these offsets (shapes
         // were checked by the verifier and bound from the buffers' own lengths).
         unsafe {
-            matrixmultiply::sgemm(
+            gemm::gemm(
                 rows,
-                k,
                 n,
-                1.0,
-                a.0.as_ptr().add(a_off),
-                k as isize,
-                1,
-                b.0.as_ptr().add(b_off),
-                n as isize,
-                1,
-                0.0,
+                k,
                 dst.as_mut_ptr(),
-                n as isize,
                 1,
+                n as isize,
+                false,
+                a.0.as_ptr().add(a_off),
+                1,
+                k as isize,
+                b.0.as_ptr().add(b_off),
+                1,
+                n as isize,
+                0.0,
+                1.0,
+                false,
+                false,
+                false,
+                par,
             );
         }
         epilogue(dst, n, bias_row, act);
     };
     if batches > 1 {
-        c.par_chunks_mut(m * n)
-            .enumerate()
-            .for_each(|(i, dst)| gemm(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst));
-    } else {
-        let block = m.div_ceil(rayon::current_num_threads().max(1)).max(16);
-        c.par_chunks_mut(block * n).enumerate().for_each(|(i, dst)| {
-            let rows = dst.len() / n;
-            gemm(offset(0, &sa, m * k) + i * block * k, offset(0, &sb, k * n), rows, dst)
+        c.par_chunks_mut(m * n).enumerate().for_each(|(i, dst)| {
+            product(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst, gemm::Parallelism::None)
         });
+    } else {
+        let threads = rayon::current_num_threads();
+        let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+        product(0, 0, m, &mut c, par);
     }
     Some(c)
 }

@@ -1,4 +1,4 @@
-//! The CPU target: runs a lowered `Program` with f32 kernels (GEMM from `matrixmultiply`,
+//! The CPU target: runs a lowered `Program` with f32 kernels (GEMM from the `gemm` crate,
 //! row-parallel norms and softmax, attention a query row at a time, fused elementwise bodies
 //! a row at a time), work split over a rayon pool of the chosen size. Ops or dtypes without a
 //! fast kernel run the reference implementation, so every program runs.

@@ -58,11 +58,23 @@ pub fn erf(x: f32) -> f32 {
 /// `dst[i] = f(src[i])`, vectorised where the CPU allows.
 pub fn map(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+    if has_avx512() {
+        // SAFETY: the CPU supports the features `map_avx512` is compiled for.
+        unsafe { map_avx512(src, dst, f) };
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
         // SAFETY: the CPU supports the features `map_avx2` is compiled for.
         unsafe { map_avx2(src, dst, f) };
         return;
     }
+    map_plain(src, dst, f);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+unsafe fn map_avx512(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
     map_plain(src, dst, f);
 }
 
@@ -109,6 +121,22 @@ pub fn sum_sq_dev(xs: &[f32], m: f32) -> f32 {
     acc.iter().sum::<f32>() + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
 }
 
+/// True when the AVX-512 versions may run.
+#[inline]
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx2()
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
 /// True when the AVX2+FMA versions may run.
 #[inline]
 pub fn has_avx2() -> bool {
@@ -122,8 +150,8 @@ pub fn has_avx2() -> bool {
     }
 }
 
-/// Define `fn $name(args) -> ret` twice, as a baseline body and as an AVX2+FMA copy of the same
-/// body, and dispatch at run time. Closures passed into a target-feature function are not
+/// Define `fn $name(args) -> ret` three times, as a baseline body and as AVX2+FMA and AVX-512
+/// copies of the same body, and dispatch at run time. Closures passed into a target-feature function are not
 /// compiled with its features, so kernels that need the wide registers are written as plain
 /// functions through this macro.
 macro_rules! multiversion {
@@ -136,6 +164,16 @@ macro_rules! multiversion {
             #[target_feature(enable = "avx2,fma")]
             unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
                 body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+            unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::cpu::simd::has_avx512() {
+                // SAFETY: the CPU supports the features `avx512` is compiled for.
+                return unsafe { avx512($($arg),*) };
             }
             #[cfg(target_arch = "x86_64")]
             if $crate::cpu::simd::has_avx2() {
