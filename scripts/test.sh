@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The README's test command: fetch the real MiniLM weights when missing (the parity tests run
+# them), then run every test with snapshots compared, never rewritten.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${RUSTRAL_MINILM_DIR:-}" ]; then
+    RUSTRAL_MINILM_DIR="$(bash scripts/fetch-minilm.sh)"
+    export RUSTRAL_MINILM_DIR
+fi
+echo "MiniLM weights: $RUSTRAL_MINILM_DIR"
+INSTA_UPDATE=no cargo test --workspace --locked "$@"
