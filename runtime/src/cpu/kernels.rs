@@ -170,14 +170,19 @@ pub(super) fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
     }
 }
 
+/// `0.5 x (1 + erf(x / sqrt 2))`, with `1 + erf` computed as `erfc` for negative inputs so
+/// that the tail keeps its relative accuracy instead of cancelling to zero.
 #[inline(always)]
 fn gelu_erf(x: f32) -> f32 {
-    0.5 * x * (1.0 + simd::erf(x * std::f32::consts::FRAC_1_SQRT_2))
+    0.5 * x * simd::one_plus_erf(x * std::f32::consts::FRAC_1_SQRT_2)
 }
 
+/// `0.5 x (1 + tanh(u))` written as `x / (1 + e^(-2u))` (equal exactly; no cancellation for
+/// negative `u`).
 #[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
-    0.5 * x * (1.0 + simd::tanh(0.797_884_6 * (x + 0.044715 * x * x * x)))
+    let u = 0.797_884_6 * (x + 0.044715 * x * x * x);
+    x / (1.0 + simd::exp(-2.0 * u))
 }
 
 #[inline(always)]

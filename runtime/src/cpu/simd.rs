@@ -42,17 +42,30 @@ pub fn tanh(x: f32) -> f32 {
     // For small |x| the subtraction above loses digits; the Taylor series is exact there.
     let small = a * (1.0 - a * a * (1.0 / 3.0 - a * a * (2.0 / 15.0)));
     let t = if a < 0.0625 { small } else { t };
-    t.copysign(x)
+    // `min` above drops NaN, so NaN is passed through here.
+    if x.is_nan() { x } else { t.copysign(x) }
+}
+
+/// `erfc(a)` for `a >= 0` by Abramowitz and Stegun 7.1.26: keeps the tail's magnitude where
+/// `1 - erf` would cancel to zero (relative error 3e-5 at 2, a few percent by 9).
+#[inline(always)]
+fn erfc_nonneg(a: f32) -> f32 {
+    let t = 1.0 / (1.0 + 0.327_591_1 * a);
+    let poly = t * (0.254_829_6 + t * (-0.284_496_72 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
+    poly * exp(-a * a)
 }
 
 /// `erf(x)` by Abramowitz and Stegun 7.1.26 (1.5e-7 in exact arithmetic; below 1e-6 in f32).
 #[inline(always)]
 pub fn erf(x: f32) -> f32 {
-    let a = x.abs();
-    let t = 1.0 / (1.0 + 0.327_591_1 * a);
-    let poly = t * (0.254_829_6 + t * (-0.284_496_72 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    let y = 1.0 - poly * exp(-a * a);
-    y.copysign(x)
+    (1.0 - erfc_nonneg(x.abs())).copysign(x)
+}
+
+/// `1 + erf(z)` without cancellation for negative `z` (it is `erfc(-z)` there).
+#[inline(always)]
+pub fn one_plus_erf(z: f32) -> f32 {
+    let c = erfc_nonneg(z.abs());
+    if z < 0.0 { c } else { 2.0 - c }
 }
 
 /// `dst[i] = f(src[i])`, vectorised where the CPU allows.
@@ -204,10 +217,19 @@ mod tests {
         assert!(worst[0] < 4e-7, "exp relative error {}", worst[0]);
         assert!(worst[1] < 4e-7, "tanh absolute error {}", worst[1]);
         assert!(worst[2] < 1e-6, "erf absolute error {}", worst[2]);
+        // 1 + erf(z) stays non-zero with the right magnitude deep into the negative tail,
+        // where `1 + erf` in f32 is exactly 0 (A&S 7.1.26's relative error grows there:
+        // 3e-5 at z = -2, 4e-2 at z = -9).
+        for (z, bound) in [(-1.0f32, 1e-6), (-2.0, 3e-5), (-4.0, 3e-3), (-9.0, 4e-2)] {
+            let want = libm::erfc(-f64::from(z));
+            let got = f64::from(one_plus_erf(z));
+            assert!(((got - want) / want).abs() < bound, "1 + erf({z}) = {got}, want {want}");
+        }
         assert_eq!(exp(f32::NEG_INFINITY), 0.0);
         assert_eq!(exp(100.0), f32::INFINITY);
         assert!(exp(f32::NAN).is_nan());
         assert_eq!(tanh(20.0), 1.0);
+        assert!(tanh(f32::NAN).is_nan() && erf(f32::NAN).is_nan() && one_plus_erf(f32::NAN).is_nan());
         assert_eq!(tanh(-20.0), -1.0);
     }
 }
