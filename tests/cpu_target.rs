@@ -194,3 +194,23 @@ proptest! {
         }
     }
 }
+
+/// Profiling attributes each kernel's time to the module path of its (fused) node.
+#[test]
+fn profiles_name_the_module_of_every_kernel() {
+    let (_, t) = models().remove(1);
+    let mut s =
+        Session::compile(&t.graph, Target::Cpu, &CompileOptions { threads: 1, ..CompileOptions::default() }).unwrap();
+    s.bind(&ParamStore::init(&t.params, 5)).unwrap();
+    let feeds = inputs(&t.graph, 2, 5, 50);
+    let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let times = s.profile(&refs).unwrap().expect("the CPU target profiles");
+    assert!(times.iter().any(|k| k.op == "attention" && k.provenance == "encoder.layer.0.attention"));
+    assert!(times.iter().any(|k| k.op == "layer_norm" && k.provenance == "embeddings.LayerNorm"));
+    assert!(
+        times.iter().all(|k| !k.fallback || k.op.starts_with("reduce")),
+        "only reductions over several axes fall back"
+    );
+    let reference = Session::compile(&t.graph, Target::Reference, &CompileOptions::default()).unwrap();
+    assert!(reference.profile(&refs).unwrap().is_none());
+}

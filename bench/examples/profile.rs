@@ -58,4 +58,14 @@ fn main() {
             100.0 * d.as_secs_f64() / total.as_secs_f64()
         );
     }
+    let mut by_module: BTreeMap<String, Duration> = BTreeMap::new();
+    for t in &times {
+        *by_module.entry(t.provenance.clone()).or_default() += t.time;
+    }
+    let mut modules: Vec<_> = by_module.into_iter().collect();
+    modules.sort_by_key(|m| std::cmp::Reverse(m.1));
+    println!("\n{:<48} {:>10} {:>7}", "module (provenance of the fused node)", "ms", "share");
+    for (path, d) in modules.into_iter().take(12) {
+        println!("{path:<48} {:>10.2} {:>6.1}%", d.as_secs_f64() * 1e3, 100.0 * d.as_secs_f64() / total.as_secs_f64());
+    }
 }
