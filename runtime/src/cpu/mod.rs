@@ -143,12 +143,15 @@ impl CpuProgram {
     fn exec(&self, k: usize, args: &[&Storage], shape: &[usize]) -> Result<(Storage, bool), CpuError> {
         let kernel = &self.program.kernels[k];
         let dtype = self.program.buffers[kernel.output].ty.dtype;
+        if let (Op::Reshape { .. }, Some(reshaped)) = (&kernel.op, args[0].reshaped(shape)) {
+            return Ok((reshaped, false));
+        }
         let (result, fallback) = match kernels::try_f32(&kernel.op, args, dtype, shape) {
             Some(v) if v.len() != shape.iter().product::<usize>() => {
                 let message = format!("internal error: f32 kernel produced {} values for shape {shape:?}", v.len());
                 return Err(EvalError::Runtime { place: self.place(k), message }.into());
             }
-            Some(v) => (Storage::F32(v, shape.to_vec()), false),
+            Some(v) => (Storage::f32_values(v, shape.to_vec()), false),
             None => {
                 let hosts: Vec<HostTensor> = args.iter().map(|s| s.to_host()).collect();
                 let refs: Vec<&HostTensor> = hosts.iter().collect();

@@ -5,12 +5,14 @@
 use crate::tensor::HostTensor;
 use ndarray::{ArrayD, IxDyn};
 use rustral_ir::DType;
+use std::sync::Arc;
 
 /// One buffer's contents.
 #[derive(Clone, Debug)]
 pub enum Storage {
-    /// f32 values, row-major, with their shape.
-    F32(Vec<f32>, Vec<usize>),
+    /// f32 values, row-major, with their shape. The values are shared, so a reshape is a new
+    /// shape over the same values rather than a copy.
+    F32(Arc<Vec<f32>>, Vec<usize>),
     /// Any dtype, as the reference holds it.
     Wide(HostTensor),
 }
@@ -20,7 +22,7 @@ impl Storage {
     pub fn from_host(t: HostTensor) -> Storage {
         if t.dtype == DType::F32 {
             let shape = t.shape().to_vec();
-            Storage::F32(t.data.iter().map(|&v| v as f32).collect(), shape)
+            Storage::F32(Arc::new(t.data.iter().map(|&v| v as f32).collect()), shape)
         } else {
             Storage::Wide(t)
         }
@@ -43,6 +45,21 @@ impl Storage {
         match self {
             Storage::F32(_, s) => s,
             Storage::Wide(t) => t.shape(),
+        }
+    }
+
+    /// f32 storage owning `values`.
+    pub fn f32_values(values: Vec<f32>, shape: Vec<usize>) -> Storage {
+        Storage::F32(Arc::new(values), shape)
+    }
+
+    /// The same values under another shape of equal element count (f32 only; None otherwise).
+    pub fn reshaped(&self, shape: &[usize]) -> Option<Storage> {
+        match self {
+            Storage::F32(v, _) if v.len() == shape.iter().product::<usize>() => {
+                Some(Storage::F32(Arc::clone(v), shape.to_vec()))
+            }
+            _ => None,
         }
     }
 
