@@ -640,30 +640,42 @@ fn concat(parts: &[(&[f32], &[usize])], axis: usize, out: &[usize]) -> Vec<f32> 
     result
 }
 
-/// Register-blocked lanes for the attention loops: 16 accumulators (two AVX2 registers) stay
-/// in registers while the contraction runs, so each step is one load and one FMA.
+/// Register blocking for the attention loops. A score block of `WIDE` lanes keeps four
+/// 16-lane accumulators in flight (independent FMA chains hide the FMA latency); the value
+/// sum keeps four partial sums per 16-lane block for the same reason.
 const LANES: usize = 16;
+const WIDE: usize = 4 * LANES;
 
 /// `row[j] = scale * sum_t q[t] * kt[t][j]` with `kt` the keys transposed (`d x lk`).
 #[inline(always)]
 fn scores_row(row: &mut [f32], q: &[f32], kt: &[f32], scale: f32) {
     let lk = row.len();
     let mut j = 0;
+    while j + WIDE <= lk {
+        score_block::<WIDE>(row, q, kt, scale, j);
+        j += WIDE;
+    }
     while j + LANES <= lk {
-        let mut acc = [0.0f32; LANES];
-        for (t, &qt) in q.iter().enumerate() {
-            let k = &kt[t * lk + j..t * lk + j + LANES];
-            for u in 0..LANES {
-                acc[u] = qt.mul_add(k[u], acc[u]);
-            }
-        }
-        for u in 0..LANES {
-            row[j + u] = acc[u] * scale;
-        }
+        score_block::<LANES>(row, q, kt, scale, j);
         j += LANES;
     }
     for (jj, r) in row.iter_mut().enumerate().skip(j) {
         *r = q.iter().enumerate().map(|(t, &qt)| qt * kt[t * lk + jj]).sum::<f32>() * scale;
+    }
+}
+
+#[inline(always)]
+fn score_block<const N: usize>(row: &mut [f32], q: &[f32], kt: &[f32], scale: f32, j: usize) {
+    let lk = row.len();
+    let mut acc = [0.0f32; N];
+    for (t, &qt) in q.iter().enumerate() {
+        let k = &kt[t * lk + j..t * lk + j + N];
+        for u in 0..N {
+            acc[u] = qt.mul_add(k[u], acc[u]);
+        }
+    }
+    for u in 0..N {
+        row[j + u] = acc[u] * scale;
     }
 }
 
@@ -673,14 +685,26 @@ fn weighted_rows(out: &mut [f32], p: &[f32], v: &[f32]) {
     let dv = out.len();
     let mut c = 0;
     while c + LANES <= dv {
-        let mut acc = [0.0f32; LANES];
-        for (j, &pj) in p.iter().enumerate() {
-            let x = &v[j * dv + c..j * dv + c + LANES];
-            for u in 0..LANES {
-                acc[u] = pj.mul_add(x[u], acc[u]);
+        let mut acc = [[0.0f32; LANES]; 4];
+        let quads = p.len() / 4;
+        for q4 in 0..quads {
+            for (lane, a) in acc.iter_mut().enumerate() {
+                let j = q4 * 4 + lane;
+                let (pj, x) = (p[j], &v[j * dv + c..j * dv + c + LANES]);
+                for u in 0..LANES {
+                    a[u] = pj.mul_add(x[u], a[u]);
+                }
             }
         }
-        out[c..c + LANES].copy_from_slice(&acc);
+        for j in quads * 4..p.len() {
+            let x = &v[j * dv + c..j * dv + c + LANES];
+            for u in 0..LANES {
+                acc[0][u] = p[j].mul_add(x[u], acc[0][u]);
+            }
+        }
+        for u in 0..LANES {
+            out[c + u] = (acc[0][u] + acc[1][u]) + (acc[2][u] + acc[3][u]);
+        }
         c += LANES;
     }
     for (cc, o) in out.iter_mut().enumerate().skip(c) {
