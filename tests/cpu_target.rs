@@ -214,3 +214,22 @@ fn profiles_name_the_module_of_every_kernel() {
     let reference = Session::compile(&t.graph, Target::Reference, &CompileOptions::default()).unwrap();
     assert!(reference.profile(&refs).unwrap().is_none());
 }
+
+/// A zero-sized batch dim: the matmul writes nothing (this once wrote past an empty buffer).
+#[test]
+fn matmul_with_an_empty_batch_dim_writes_nothing() {
+    let g = rustral::ir::parse_verified(
+        "graph \"g\" {\n  %0: f32[0, n, n] = input \"x\"\n  %1: f32[0, n, n] = matmul %0, %0\n  %2: f32[0, n, 4] = input \"w\"\n  %3: f32[4] = input \"b\"\n  %4: f32[0, n, 4] = matmul_epilogue %0, %2, %3 {activation=relu}\n  output \"y\" = %1\n  output \"z\" = %4\n}\n",
+    )
+    .unwrap();
+    let s = Session::compile(&g, Target::Cpu, &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+    let out = s
+        .run(&[
+            ("x", HostTensor::new(DType::F32, &[0, 3, 3], vec![]).unwrap()),
+            ("w", HostTensor::new(DType::F32, &[0, 3, 4], vec![]).unwrap()),
+            ("b", HostTensor::new(DType::F32, &[4], vec![1.0; 4]).unwrap()),
+        ])
+        .unwrap();
+    assert_eq!(out[0].1.shape(), &[0, 3, 3]);
+    assert_eq!(out[1].1.shape(), &[0, 3, 4]);
+}

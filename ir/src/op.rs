@@ -415,7 +415,9 @@ pub enum Op {
     /// Scaled dot-product attention: operands `q[..., lq, d], k[..., lk, d], v[..., lk, dv]`
     /// and optionally an additive `mask` broadcastable to `[..., lq, lk]`.
     /// `softmax(q @ k^T * scale + mask) @ v`; with `causal`, query `i` sees key `j` only when
-    /// `j <= i + (lk - lq)` (bottom-right aligned, as for a KV cache). Batch dims broadcast.
+    /// `j <= i + (lk - lq)` (bottom-right aligned, as for a KV cache), and hidden keys are left
+    /// out of the weighted sum altogether (their values, even NaN, never reach the output).
+    /// Batch dims broadcast.
     Attention {
         /// Multiplies the scores, usually `1/sqrt(d)`.
         scale: F64,

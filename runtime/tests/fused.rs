@@ -294,3 +294,20 @@ fn fused_elementwise_equals_its_body_as_nodes() {
         [1.0; 4]
     );
 }
+
+/// Causally hidden keys are left out of the sum: a NaN in the value of a key that query 0
+/// cannot see does not reach query 0's output (it does reach the last query's).
+#[test]
+fn causal_attention_excludes_hidden_values() {
+    let g = graph(
+        "graph \"a\" {\n  %0: f64[1, 3, 2] = input \"q\"\n  %1: f64[1, 3, 2] = input \"v\"\n  %2: f64[1, 3, 2] = attention %0, %0, %1 {scale=1.0, causal=true}\n  output \"y\" = %2\n}\n",
+    );
+    let q = HostTensor::new(DType::F64, &[1, 3, 2], values(3, 6)).unwrap();
+    let mut v = values(4, 6);
+    v[4] = f64::NAN; // key 2's value
+    let y =
+        run(&g, &[("q", q), ("v", HostTensor::new(DType::F64, &[1, 3, 2], v.clone()).unwrap())]).unwrap()[0].to_vec();
+    assert_eq!(y[..2], v[..2], "query 0 sees only key 0, so its output is value 0");
+    assert!(y[2..4].iter().all(|x| x.is_finite()), "query 1 sees keys 0 and 1");
+    assert!(y[4].is_nan(), "query 2 sees key 2");
+}

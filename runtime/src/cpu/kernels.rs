@@ -306,7 +306,9 @@ fn matmul(
         off
     };
     let mut c = vec![0.0f32; batches * m * n];
-    if m == 0 || n == 0 {
+    if c.is_empty() {
+        // No product to write (a zero batch dim, m or n): the GEMM must not run on an empty
+        // destination.
         return Some(c);
     }
     if k == 0 {

@@ -3,7 +3,7 @@
 //! `HostTensor::from_array`.
 
 use crate::tensor::{HostTensor, round_to};
-use ndarray::{Array2, ArrayD, ArrayViewD, Axis, IxDyn, Slice, Zip};
+use ndarray::{Array2, ArrayD, ArrayViewD, Axis, Dimension, IxDyn, Slice, Zip};
 use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApprox, Literal, Op, ReduceOp, UnaryOp};
 
 type R<T> = Result<T, String>;
@@ -328,7 +328,31 @@ fn attention(args: &[&HostTensor], scale: f64, causal: bool, dtype: DType) -> R<
     }
     let r = scores.ndim();
     let probs = softmax(&scores, r - 1).mapv(|p| round_to(dtype, p));
-    matmul(&probs, v)
+    if !causal {
+        return matmul(&probs, v);
+    }
+    // Causally hidden keys are left out of the sum altogether, so their values (even NaN or
+    // infinite ones, as in an unfilled KV cache) never reach the output.
+    let (lq, lk) = (probs.shape()[r - 2], probs.shape()[r - 1]);
+    let dv = v.shape()[v.ndim() - 1];
+    let mut vshape = probs.shape()[..r - 2].to_vec();
+    vshape.extend([lk, dv]);
+    let vb = bcast(v, &vshape)?;
+    let mut out_shape = probs.shape()[..r - 2].to_vec();
+    out_shape.extend([lq, dv]);
+    Ok(ArrayD::from_shape_fn(IxDyn(&out_shape), |ix| {
+        let i = ix[r - 2];
+        let visible = (i + lk + 1).saturating_sub(lq).min(lk);
+        let mut pix = ix.slice().to_vec();
+        let mut vix = ix.slice().to_vec();
+        (0..visible)
+            .map(|j| {
+                pix[r - 1] = j;
+                vix[r - 2] = j;
+                probs[IxDyn(&pix)] * vb[IxDyn(&vix)]
+            })
+            .sum()
+    }))
 }
 
 fn swap_last_two(rank: usize) -> IxDyn {
