@@ -1,6 +1,8 @@
 //! The text form: snapshots of the sample graphs, exact round trips, and parse errors that
 //! carry line:col and say what was expected.
 
+mod common;
+
 use rustral_ir::{Graph, IrError, parse, parse_verified, print, samples, verify};
 
 /// Snapshots live in the workspace's `snapshots/` folder, one subfolder per crate.
@@ -61,30 +63,8 @@ fn every_attribute_form_round_trips() {
     .replace("  %7: f32[4, 4] = const splat_placeholder\n", "");
     let g = parse_verified(&text).expect("parses");
     assert_eq!(print(&g).replace("  @", " @").lines().count(), text.lines().count());
-    let more = r#"graph "more" {
-  %0: f32[2, 3] = input "x"
-  %1: f32[2, 3] = const [1.0, -0.0, inf, -inf, nan, 1e-7]
-  %2: i64[2] = iota {axis=0}
-  %3: f32[2, 3] = gather %1, %2 {axis=0}
-  %4: f32[4, 3] = concat %0, %3 {axis=0}
-  %5: f32[1, 3] = slice %4 {axis=0, start=1, end=2}
-  %6: f32[3, 1] = permute %5 {perm=[1, 0]}
-  %7: f32[3] = reshape %6 {shape=[3]}
-  %8: f32[2, 3] = broadcast_to %7 {shape=[2, 3]}
-  %9: bool[2, 3] = lt %8, %0
-  %10: f32[2, 3] = where %9, %8, %0
-  %11: f16[2, 3] = cast %10 {to=f16}
-  %12: f32[2, 1] = reduce_max %10 {axes=[1], keepdim=true}
-  %13: f32[2, 1] = matmul %0, %6
-  %14: f32[3, 3] = matmul_epilogue %6, %5, %7 {activation=gelu_erf}
-  %15: f32[2, 3] = attention %0, %0, %0 {scale=0.5, causal=true}
-  %16: f16[2, 3] = fused_elementwise %0, %1 {t0 = arg 0; t1 = arg 1; t2 = const 2.0 f32; t3 = mul t0, t2; t4 = tanh t3; t5 = gt t4, t1; t6 = where t5, t4, t1; t7 = cast t6 to f16}
-  output "a" = %11
-  output "b" = %16
-}
-"#;
-    let g = parse_verified(more).expect("parses and verifies");
-    assert_eq!(print(&g), more);
+    let g = parse_verified(common::ALL_FORMS).expect("parses and verifies");
+    assert_eq!(print(&g), common::ALL_FORMS);
 }
 
 /// Each malformed text fails with the given line:col (columns counted by hand: 1-based, in
