@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo run --release --example quickstart [-- FILE.rir ...]`
 
-use rustral::ir::{self, Dim, Graph, samples};
+use rustral::ir::{self, Graph, samples};
 use rustral::prelude::*;
 use std::collections::HashMap;
 
@@ -20,15 +20,7 @@ fn feeds(g: &Graph, sizes: &HashMap<&str, usize>) -> HashMap<String, HostTensor>
     let mut out = HashMap::new();
     for (i, (name, id)) in g.inputs().into_iter().chain(g.params()).enumerate() {
         let ty = &g.node(id).expect("source node exists").ty;
-        let shape: Vec<usize> = ty
-            .shape
-            .dims()
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => *n,
-                Dim::Sym(s) => sizes.get(s.as_str()).copied().unwrap_or(4),
-            })
-            .collect();
+        let shape = ty.shape.resolve(|s| sizes.get(s).copied().unwrap_or(4));
         let n = shape.iter().product();
         // Masks are all-visible; integer inputs (token ids) index from 0.
         let data = match (name.as_str(), ty.dtype.is_float()) {

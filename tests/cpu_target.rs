@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use rustral::frontend::{ParamStore, TraceOptions, Traced, trace, trace_named};
-use rustral::ir::{DType, Dim, Graph};
+use rustral::ir::{DType, Graph};
 use rustral::models::{Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel};
 use rustral::prelude::*;
 use rustral::runtime::reference::evaluate;
@@ -22,16 +22,7 @@ fn inputs(g: &Graph, batch: usize, seq: usize, vocab: usize) -> Vec<(String, Hos
         .enumerate()
         .map(|(i, (name, id))| {
             let ty = &g.node(id).unwrap().ty;
-            let shape: Vec<usize> = ty
-                .shape
-                .dims()
-                .iter()
-                .map(|d| match d {
-                    Dim::Static(n) => *n,
-                    Dim::Sym(s) if s == "batch" => batch,
-                    Dim::Sym(_) => seq,
-                })
-                .collect();
+            let shape = ty.shape.resolve(|s| if s == "batch" { batch } else { seq });
             let n: usize = shape.iter().product();
             let data: Vec<f64> = if name.contains("type") {
                 vec![0.0; n]

@@ -64,14 +64,7 @@ pub fn prepare(traced: &Traced, level: OptLevel, threads: usize, sizes: &[(&str,
     let mut inputs = HashMap::new();
     for (i, (name, id)) in g.inputs().into_iter().enumerate() {
         let ty = &g.node(id).expect("input exists").ty;
-        let shape: Vec<usize> = ty
-            .shape
-            .dims()
-            .iter()
-            .map(|d| {
-                d.as_static().unwrap_or_else(|| sizes.iter().find(|(k, _)| Some(*k) == sym(d)).map_or(1, |(_, n)| *n))
-            })
-            .collect();
+        let shape = ty.shape.resolve(|s| sizes.iter().find(|(k, _)| *k == s).map_or(1, |(_, n)| *n));
         let n: usize = shape.iter().product();
         let data: Vec<f64> = if name.contains("mask") || name.contains("type") {
             vec![if name.contains("mask") { 1.0 } else { 0.0 }; n]
@@ -84,11 +77,4 @@ pub fn prepare(traced: &Traced, level: OptLevel, threads: usize, sizes: &[(&str,
     }
     let kernels = program.program().kernels.len();
     Prepared { program, inputs, kernels }
-}
-
-fn sym(d: &rustral_ir::Dim) -> Option<&str> {
-    match d {
-        rustral_ir::Dim::Sym(s) => Some(s),
-        rustral_ir::Dim::Static(_) => None,
-    }
 }

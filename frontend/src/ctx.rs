@@ -40,12 +40,9 @@ impl ShapePolicy {
         self
     }
 
-    /// The dim after pinning.
-    pub fn resolve(&self, d: &Dim) -> Dim {
-        match d {
-            Dim::Sym(s) => self.pinned.get(s).map_or_else(|| d.clone(), |&n| Dim::Static(n)),
-            Dim::Static(_) => d.clone(),
-        }
+    /// The shape after pinning.
+    pub fn apply(&self, dims: &[Dim]) -> Shape {
+        Shape(dims.to_vec()).substitute(&self.pinned)
     }
 }
 
@@ -206,7 +203,7 @@ impl ForwardCtx {
     }
 
     fn shape(&self, dims: &[Dim]) -> Shape {
-        Shape(dims.iter().map(|d| self.options.shape.resolve(d)).collect())
+        self.options.shape.apply(dims)
     }
 
     /// A graph input (not scoped: inputs are named as given).

@@ -163,6 +163,18 @@ impl Shape {
         })
     }
 
+    /// Concrete sizes, each symbol sized by `size_of` (for callers that pick a size for every
+    /// symbol: examples, tests, memory reports).
+    pub fn resolve(&self, size_of: impl Fn(&str) -> usize) -> Vec<usize> {
+        self.0
+            .iter()
+            .map(|d| match d {
+                Dim::Static(n) => *n,
+                Dim::Sym(s) => size_of(s),
+            })
+            .collect()
+    }
+
     /// Replace symbols by the sizes bound to them; unbound symbols stay symbolic.
     pub fn substitute(&self, binding: &BTreeMap<String, usize>) -> Shape {
         Shape(

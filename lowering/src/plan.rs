@@ -5,7 +5,6 @@
 //! all intermediate sizes.
 
 use crate::program::{Buffer, BufferKind, Kernel};
-use rustral_ir::Dim;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -70,15 +69,7 @@ impl MemoryPlan {
     pub fn report(&self, buffers: &[Buffer], binding: &BTreeMap<String, usize>) -> PlanReport {
         let bytes = |b: usize| {
             let t = &buffers[b].ty;
-            t.shape
-                .0
-                .iter()
-                .map(|d| match d {
-                    Dim::Static(n) => *n,
-                    Dim::Sym(s) => binding.get(s).copied().unwrap_or(1),
-                })
-                .product::<usize>()
-                * t.dtype.size_bytes()
+            t.shape.resolve(|s| binding.get(s).copied().unwrap_or(1)).iter().product::<usize>() * t.dtype.size_bytes()
         };
         let mut slot_bytes = vec![0usize; self.slots];
         let mut unplanned = 0;

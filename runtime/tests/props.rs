@@ -4,7 +4,6 @@
 mod common;
 use common::values;
 use proptest::prelude::*;
-use rustral_ir::Dim;
 use rustral_ir::testing::arb_graph;
 use rustral_runtime::HostTensor;
 use rustral_runtime::reference::{EvalError, evaluate};
@@ -16,20 +15,18 @@ proptest! {
     #[test]
     fn random_graphs_evaluate(g in arb_graph(30), batch in 1usize..4, seq in 1usize..4) {
         let sizes = HashMap::from([("batch", batch), ("seq", seq)]);
-        let concrete = |dims: &[Dim]| -> Vec<usize> {
-            dims.iter().map(|d| match d { Dim::Static(n) => *n, Dim::Sym(s) => sizes[s.as_str()] }).collect()
-        };
+        let concrete = |shape: &rustral_ir::Shape| shape.resolve(|s| sizes[s]);
         let mut feeds = HashMap::new();
         for (i, (name, id)) in g.inputs().into_iter().chain(g.params()).enumerate() {
             let ty = &g.node(id).unwrap().ty;
-            let shape = concrete(ty.shape.dims());
+            let shape = concrete(&ty.shape);
             let data = values(i as u64 + 1, shape.iter().product());
             feeds.insert(name, HostTensor::new(ty.dtype, &shape, data).unwrap());
         }
         match evaluate(&g, &feeds) {
             Ok(outputs) => {
                 for ((name, t), o) in outputs.iter().zip(g.outputs()) {
-                    let want = concrete(g.node(o.node).unwrap().ty.shape.dims());
+                    let want = concrete(&g.node(o.node).unwrap().ty.shape);
                     prop_assert_eq!(t.shape(), want.as_slice(), "output {}", name);
                     prop_assert_eq!(t.dtype, g.node(o.node).unwrap().ty.dtype);
                 }

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use rustral_frontend::{ParamStore, Traced};
-use rustral_ir::{DType, Dim, Graph};
+use rustral_ir::{DType, Graph};
 use rustral_passes::{Compiled, OptLevel, PassManager};
 use rustral_runtime::HostTensor;
 use rustral_runtime::reference::evaluate;
@@ -32,15 +32,7 @@ pub fn feeds(
     let mut out = HashMap::new();
     for (i, (name, id)) in g.inputs().into_iter().chain(g.params()).enumerate() {
         let ty = &g.node(id).unwrap().ty;
-        let shape: Vec<usize> = ty
-            .shape
-            .dims()
-            .iter()
-            .map(|d| match d {
-                Dim::Static(n) => *n,
-                Dim::Sym(s) => sizes.iter().find(|(k, _)| k == s).map(|(_, n)| *n).unwrap_or(3),
-            })
-            .collect();
+        let shape = ty.shape.resolve(|s| sizes.iter().find(|(k, _)| *k == s).map_or(3, |(_, n)| *n));
         let n: usize = shape.iter().product();
         let data: Vec<f64> = if let Some(p) = traced_params.and_then(|p| p.get(&name)) {
             p.data.clone()
