@@ -17,7 +17,7 @@ use analysis::{TensorAnalysis, TensorGraph};
 use egg::{Id, Runner, StopReason, SymbolLang};
 use lang::{Table, encode};
 use rules::Rule;
-use rustral_ir::{Graph, NodeId, Op};
+use rustral_ir::{Graph, NodeId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
@@ -113,8 +113,7 @@ impl Pass for Fuse {
         let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name.to_string()).collect();
         let mut egg_stats = EggStats::default();
         for region in regions(g) {
-            let fired = fuse_region(g, &region, &rules, self.limits, &mut egg_stats);
-            for (rule, n) in fired.into_iter().filter(|(r, _)| !algebra.contains(r)) {
+            for (rule, n) in fuse_region(g, &region, &rules, &algebra, self.limits, &mut egg_stats) {
                 bump(stats, &rule, n);
             }
         }
@@ -155,12 +154,13 @@ fn regions(g: &Graph) -> Vec<Vec<NodeId>> {
     keys.into_iter().map(|k| groups.remove(&k).unwrap_or_default()).collect()
 }
 
-/// Saturate one region and, if a family rule fired, rebuild its results from the cheapest
-/// program. Returns how often each rule fired.
+/// Saturate one region and, if a family rule (one not in `algebra`) fired, rebuild its
+/// results from the cheapest program. Returns how often each family rule fired.
 fn fuse_region(
     g: &mut Graph,
     region: &[NodeId],
     rules: &[Rule],
+    algebra: &HashSet<String>,
     limits: Limits,
     stats: &mut EggStats,
 ) -> BTreeMap<String, usize> {
@@ -211,8 +211,8 @@ fn fuse_region(
             *fired.entry(name.to_string()).or_insert(0) += n;
         }
     }
-    let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name.to_string()).collect();
-    if fired.keys().all(|k| algebra.contains(k)) {
+    fired.retain(|k, _| !algebra.contains(k));
+    if fired.is_empty() {
         return BTreeMap::new();
     }
     let egraph = runner.egraph;
@@ -249,9 +249,4 @@ fn record(stats: &mut EggStats, runner: &Runner<SymbolLang, TensorAnalysis>) {
         _ => "other",
     };
     *stats.stop_reasons.entry(reason.to_string()).or_insert(0) += 1;
-}
-
-/// Is `op` one this module fuses into (used by tests)?
-pub fn is_fusion_product(op: &Op) -> bool {
-    op.is_fused()
 }

@@ -236,15 +236,10 @@ impl CpuProgram {
                 continue;
             }
             if let BufferKind::Constant(op) = &buf.kind {
-                let shape = concrete(&buf.ty.shape.0, &binding).map_err(|sym| EvalError::UnboundSymbol {
-                    place: Place { node: b, op: op.name().into(), provenance: buf.provenance.clone() },
-                    sym,
-                })?;
-                let t =
-                    crate::reference::eval_source(op, buf.ty.dtype, &shape).map_err(|message| EvalError::Runtime {
-                        place: Place { node: b, op: op.name().into(), provenance: buf.provenance.clone() },
-                        message,
-                    })?;
+                let shape = concrete(&buf.ty.shape.0, &binding)
+                    .map_err(|sym| EvalError::UnboundSymbol { place: self.source_place(b), sym })?;
+                let t = crate::reference::eval_source(op, buf.ty.dtype, &shape)
+                    .map_err(|message| EvalError::Runtime { place: self.source_place(b), message })?;
                 values[b] = Some(Storage::from_host(t));
             }
         }
@@ -369,26 +364,4 @@ fn bind_dims(
         }
     }
     Ok(())
-}
-
-/// Is this op one the f32 path may run? (Used by reports.)
-pub fn has_fast_kernel(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Unary(_)
-            | Op::Binary(_)
-            | Op::Where
-            | Op::FusedElementwise { .. }
-            | Op::MatMul
-            | Op::MatMulEpilogue { .. }
-            | Op::LayerNorm { .. }
-            | Op::RmsNorm { .. }
-            | Op::Softmax { .. }
-            | Op::Reduce { .. }
-            | Op::Attention { .. }
-            | Op::Gather { .. }
-            | Op::Reshape { .. }
-            | Op::BroadcastTo { .. }
-            | Op::Permute { .. }
-    )
 }
