@@ -8,7 +8,7 @@ use rustral_ir::Graph;
 use rustral_lowering::lower;
 use rustral_passes::{CompileStats, OptLevel, PassManager};
 use rustral_runtime::HostTensor;
-use rustral_runtime::cpu::{CpuProgram, KernelTime};
+use rustral_runtime::cpu::{CpuProgram, Elementwise, KernelTime};
 use std::collections::HashMap;
 
 /// Where a program runs. Model code never names one; choosing it is this one argument.
@@ -29,12 +29,14 @@ pub struct CompileOptions {
     pub disabled: Vec<String>,
     /// Threads for CPU targets.
     pub threads: usize,
+    /// How the CPU target runs fused elementwise kernels (Cranelift JIT by default).
+    pub elementwise: Elementwise,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        CompileOptions { level: OptLevel::O2, disabled: vec![], threads }
+        CompileOptions { level: OptLevel::O2, disabled: vec![], threads, elementwise: Elementwise::Jit }
     }
 }
 
@@ -56,7 +58,11 @@ impl Session {
         let mut g = graph.clone();
         let stats = pm.run(&mut g)?.stats;
         let cpu = match target {
-            Target::Cpu => Some(CpuProgram::new(lower(&g)?, options.threads)?),
+            Target::Cpu => {
+                let mut program = CpuProgram::new(lower(&g)?, options.threads)?;
+                program.set_elementwise(options.elementwise);
+                Some(program)
+            }
             Target::Reference => None,
         };
         Ok(Session { graph: g, stats, cpu, params: HashMap::new() })

@@ -8,6 +8,7 @@ use rustral::frontend::{ParamStore, TraceOptions, Traced, trace, trace_named};
 use rustral::ir::{DType, Graph};
 use rustral::models::{Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel};
 use rustral::prelude::*;
+use rustral::runtime::cpu::Elementwise;
 use rustral::runtime::reference::evaluate;
 use std::collections::HashMap;
 
@@ -154,7 +155,8 @@ fn bad_inputs_and_unknown_passes_are_errors() {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 120, failure_persistence: None, ..ProptestConfig::default() })]
 
-    /// Random graphs: CPU at O0 and O2 against the reference on the unoptimised graph.
+    /// Random graphs: CPU at O0 and O2 (fused elementwise kernels by the JIT and by the
+    /// interpreter) against the reference on the unoptimised graph.
     /// Tolerance: 1e-3 absolute + 1e-3 relative (chains of transcendental ops in f32).
     #[test]
     fn random_graphs_match_the_reference(g in rustral::ir::testing::arb_graph(20)) {
@@ -173,12 +175,14 @@ proptest! {
         let params: HashMap<String, HostTensor> = g.params().into_iter().map(|(n, _)| (n.clone(), all[&n].clone())).collect();
         let store_free: Vec<(&str, HostTensor)> =
             feeds.iter().filter(|(n, _)| !params.contains_key(n)).map(|(n, v)| (n.as_str(), v.clone())).collect();
-        for level in [OptLevel::O0, OptLevel::O2] {
+        let modes = [(OptLevel::O0, Elementwise::Jit), (OptLevel::O2, Elementwise::Jit), (OptLevel::O2, Elementwise::Interpreted)];
+        for (level, elementwise) in modes {
             let mut store = ParamStore::default();
             for (n, v) in &params {
                 store.insert(n, rustral::frontend::ParamValue { dtype: v.dtype, shape: v.shape().to_vec(), data: v.to_vec() });
             }
-            let mut s = Session::compile(&t.graph, Target::Cpu, &CompileOptions { level, threads: 2, ..CompileOptions::default() }).unwrap();
+            let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
+            let mut s = Session::compile(&t.graph, Target::Cpu, &options).unwrap();
             s.bind(&store).unwrap();
             let got = s.run(&store_free).unwrap();
             max_error(&want, &got, 1e-3, 1e-3);

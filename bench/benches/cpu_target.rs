@@ -13,6 +13,7 @@ use rustral_frontend::nn::{
 use rustral_frontend::{DType, Dim, TraceOptions, Traced, trace, trace_named};
 use rustral_models::{Bert, BertConfig};
 use rustral_passes::OptLevel;
+use rustral_runtime::cpu::Elementwise;
 use std::hint::black_box;
 use std::time::Duration;
 
@@ -33,6 +34,18 @@ fn layer_norm() -> Traced {
 
 fn gelu_tanh() -> Traced {
     trace(TraceOptions::default(), |ctx| Ok(vec![gelu(&x_input(ctx, [8, 128, 3072])?, true)?])).expect("traces")
+}
+
+/// `tanh(x * 0.75 + b) * x + 0.5 * x^2` with `b` a [3072] parameter: no named pattern, so
+/// the passes make it one `FusedElementwise` with a row-broadcast operand.
+fn elementwise_chain() -> Traced {
+    trace(TraceOptions::default(), |ctx| {
+        let x = x_input(ctx, [8, 128, 3072])?;
+        let b = ctx.param("b", &[Dim::fixed(3072)], rustral_frontend::Init::Normal { std: 0.1 })?;
+        let t = x.mul_scalar(0.75)?.add(&b)?.tanh()?.mul(&x)?;
+        Ok(vec![t.add(&x.square()?.mul_scalar(0.5)?)?])
+    })
+    .expect("traces")
 }
 
 fn gemm(n: usize) -> Traced {
@@ -115,7 +128,27 @@ fn bench(
     group.finish();
 }
 
+/// The chain fused and compiled by Cranelift, fused and interpreted, and op by op.
+fn jit_against_interpreter(c: &mut Criterion) {
+    let traced = elementwise_chain();
+    let mut group = c.benchmark_group("elementwise_chain_8x128x3072");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
+    for threads in [1, 2] {
+        for (label, level, mode) in [
+            ("jit", OptLevel::O2, Elementwise::Jit),
+            ("interpreted", OptLevel::O2, Elementwise::Interpreted),
+            ("op_by_op", OptLevel::O0, Elementwise::Jit),
+        ] {
+            let mut p = prepare(&traced, level, threads, &[], 1);
+            p.program.set_elementwise(mode);
+            group.bench_function(format!("{label}_{threads}t_{}_kernels", p.kernels), |b| b.iter(|| run(&p)));
+        }
+    }
+    group.finish();
+}
+
 fn cpu_target(c: &mut Criterion) {
+    jit_against_interpreter(c);
     let both = [OptLevel::O0, OptLevel::O2];
     bench(c, "layer_norm_8x128x768", &layer_norm(), &both, &[], None, 3);
     bench(c, "gelu_tanh_8x128x3072", &gelu_tanh(), &both, &[], None, 3);

@@ -43,24 +43,13 @@ pub fn for_rows_in<'a>(
     range: std::ops::Range<usize>,
     mut f: impl FnMut(usize, &[Row<'a>]),
 ) {
-    if out.contains(&0) {
-        return;
-    }
-    let rank = out.len();
     let width = out.last().copied().unwrap_or(1);
     let all: Vec<Vec<usize>> = operands.iter().map(|(_, s)| strides(s, out)).collect();
-    let mut index = vec![0usize; rank.saturating_sub(1)];
-    let mut rem = range.start;
-    for d in (0..index.len()).rev() {
-        index[d] = rem % out[d];
-        rem /= out[d];
-    }
     let mut views: Vec<Row<'a>> = Vec::with_capacity(operands.len());
-    for r in range {
+    for_row_bases(out, &all, range, |r, bases| {
         views.clear();
-        for ((data, _), st) in operands.iter().zip(&all) {
-            let base: usize = index.iter().zip(st).map(|(i, s)| i * s).sum();
-            let inner = if rank == 0 { 0 } else { st[rank - 1] };
+        for (((data, _), st), &base) in operands.iter().zip(&all).zip(bases) {
+            let inner = st.last().copied().unwrap_or(0);
             views.push(if inner == 0 || width == 1 {
                 Row::Scalar(data[base])
             } else {
@@ -68,7 +57,34 @@ pub fn for_rows_in<'a>(
             });
         }
         f(r, &views);
-        for d in (0..index.len()).rev() {
+    });
+}
+
+/// Call `f(row_index, bases)` for each output row in `range`, where `bases[i]` is the offset
+/// of operand `i`'s first element of that row (operand `i` read through `strides[i]`).
+pub fn for_row_bases(
+    out: &[usize],
+    strides: &[Vec<usize>],
+    range: std::ops::Range<usize>,
+    mut f: impl FnMut(usize, &[usize]),
+) {
+    if out.contains(&0) {
+        return;
+    }
+    let outer = out.len().saturating_sub(1);
+    let mut index = vec![0usize; outer];
+    let mut rem = range.start;
+    for d in (0..outer).rev() {
+        index[d] = rem % out[d];
+        rem /= out[d];
+    }
+    let mut bases = vec![0usize; strides.len()];
+    for r in range {
+        for (b, st) in bases.iter_mut().zip(strides) {
+            *b = index.iter().zip(st).map(|(i, s)| i * s).sum();
+        }
+        f(r, &bases);
+        for d in (0..outer).rev() {
             index[d] += 1;
             if index[d] < out[d] {
                 break;

@@ -9,7 +9,8 @@ use rayon::prelude::*;
 use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApprox, Op, ReduceOp, UnaryOp};
 
 /// Run `op` on f32 storage if a fast kernel exists for it; `out` is the bound output shape.
-pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize]) -> Option<Vec<f32>> {
+/// `jit` chooses Cranelift-compiled fused elementwise kernels over the row interpreter.
+pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize], jit: bool) -> Option<Vec<f32>> {
     if out_dtype != DType::F32 {
         return None;
     }
@@ -35,7 +36,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
             Some(rows(out, &[(&c, &cs), x, y], |r, i| if r[0].at(i) != 0.0 { r[1].at(i) } else { r[2].at(i) }))
         }
         Op::Cast { to: DType::F32 } => f(0).map(|(x, _)| x.to_vec()),
-        Op::FusedElementwise { body } => fused(body, args, out),
+        Op::FusedElementwise { body } => fused(body, args, out, jit),
         Op::MatMul => matmul(f(0)?, f(1)?, None, Activation::None, out),
         Op::MatMulEpilogue { activation } => {
             let bias = match args.get(2) {
@@ -232,9 +233,9 @@ simd::multiversion! {
     }
 }
 
-/// A fused elementwise body evaluated a row at a time: every body node becomes a row of
-/// values (bools as 0.0/1.0), so each step is a loop over a slice.
-fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize]) -> Option<Vec<f32>> {
+/// A fused elementwise body: compiled by Cranelift (`jit`) unless the caller asks for the
+/// interpreter or Cranelift cannot compile it here.
+fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize], jit: bool) -> Option<Vec<f32>> {
     let ok = body.nodes.iter().all(|n| match n {
         ExprNode::Const { dtype, .. } | ExprNode::Cast(dtype, _) => matches!(dtype, DType::F32 | DType::Bool),
         ExprNode::Arg(i) => args.get(*i).is_some_and(|s| s.f32().is_some()),
@@ -244,11 +245,20 @@ fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize]) -> Option<Vec
         return None;
     }
     let operands: Vec<(&[f32], &[usize])> = args.iter().map(|s| (s.f32().expect("checked f32"), s.shape())).collect();
+    if jit && let Ok(values) = super::jit::run(body, &operands, out) {
+        return Some(values);
+    }
+    Some(interpret(body, &operands, out))
+}
+
+/// The interpreter for fused bodies, a row at a time: every body node becomes a row of
+/// values (bools as 0.0/1.0), so each step is a loop over a slice.
+pub(super) fn interpret(body: &ElementwiseExpr, operands: &[(&[f32], &[usize])], out: &[usize]) -> Vec<f32> {
     let width = out.last().copied().unwrap_or(1);
-    Some(par_rows(out, |range, dst| {
+    par_rows(out, |range, dst| {
         let first = range.start;
         let mut temps: Vec<Vec<f32>> = vec![vec![0.0; width]; body.nodes.len()];
-        for_rows_in(out, &operands, range, |r, views| {
+        for_rows_in(out, operands, range, |r, views| {
             for (k, node) in body.nodes.iter().enumerate() {
                 let (done, rest) = temps.split_at_mut(k);
                 let t = &mut rest[0];
@@ -271,7 +281,7 @@ fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize]) -> Option<Vec
             }
             dst[(r - first) * width..(r - first + 1) * width].copy_from_slice(&temps[body.nodes.len() - 1]);
         });
-    }))
+    })
 }
 
 /// Batched matmul (batch dims broadcast) with an optional bias over the last axis and an

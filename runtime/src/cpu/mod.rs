@@ -3,10 +3,11 @@
 //! a row at a time), work split over a rayon pool of the chosen size. Ops or dtypes without a
 //! fast kernel run the reference implementation, so every program runs.
 //!
-//! Not yet here (see the CPU target issue): Cranelift-compiled elementwise kernels, explicit
-//! SIMD, reuse of freed storage across kernels (the plan frees values at their last use).
+//! Fused elementwise bodies are compiled to native vector loops by Cranelift (`jit`); the
+//! row interpreter is kept as the baseline and for hosts Cranelift cannot target.
 
 mod broadcast;
+mod jit;
 mod kernels;
 mod simd;
 mod storage;
@@ -52,6 +53,17 @@ pub struct KernelTime {
     pub fallback: bool,
 }
 
+/// How `FusedElementwise` kernels run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Elementwise {
+    /// Compiled by Cranelift to f32x4 loops, once per body and broadcast pattern (the
+    /// interpreter runs instead on a host Cranelift cannot target).
+    #[default]
+    Jit,
+    /// Evaluated a row at a time by Rust loops: the baseline the JIT is measured against.
+    Interpreted,
+}
+
 /// A program ready to run on the CPU.
 pub struct CpuProgram {
     program: Program,
@@ -62,6 +74,7 @@ pub struct CpuProgram {
     params: HashMap<usize, Storage>,
     /// Kernels whose results are in `params` and are skipped per run.
     precomputed: HashSet<usize>,
+    elementwise: Elementwise,
 }
 
 impl CpuProgram {
@@ -72,7 +85,19 @@ impl CpuProgram {
             .num_threads(threads)
             .build()
             .map_err(|e| CpuError::Threads { threads, message: e.to_string() })?;
-        Ok(CpuProgram { program, pool, threads, params: HashMap::new(), precomputed: HashSet::new() })
+        let elementwise = Elementwise::default();
+        warm_jit(&program);
+        Ok(CpuProgram { program, pool, threads, params: HashMap::new(), precomputed: HashSet::new(), elementwise })
+    }
+
+    /// Choose how fused elementwise kernels run (the JIT unless told otherwise).
+    pub fn set_elementwise(&mut self, mode: Elementwise) {
+        self.elementwise = mode;
+    }
+
+    /// How fused elementwise kernels run.
+    pub fn elementwise(&self) -> Elementwise {
+        self.elementwise
     }
 
     /// The program.
@@ -146,20 +171,21 @@ impl CpuProgram {
         if let (Op::Reshape { .. }, Some(reshaped)) = (&kernel.op, args[0].reshaped(shape)) {
             return Ok((reshaped, false));
         }
-        let (result, fallback) = match kernels::try_f32(&kernel.op, args, dtype, shape) {
-            Some(v) if v.len() != shape.iter().product::<usize>() => {
-                let message = format!("internal error: f32 kernel produced {} values for shape {shape:?}", v.len());
-                return Err(EvalError::Runtime { place: self.place(k), message }.into());
-            }
-            Some(v) => (Storage::f32_values(v, shape.to_vec()), false),
-            None => {
-                let hosts: Vec<HostTensor> = args.iter().map(|s| s.to_host()).collect();
-                let refs: Vec<&HostTensor> = hosts.iter().collect();
-                let t = crate::reference::eval_op(&kernel.op, &refs, dtype, shape)
-                    .map_err(|message| EvalError::Runtime { place: self.place(k), message })?;
-                (Storage::from_host(t), true)
-            }
-        };
+        let (result, fallback) =
+            match kernels::try_f32(&kernel.op, args, dtype, shape, self.elementwise == Elementwise::Jit) {
+                Some(v) if v.len() != shape.iter().product::<usize>() => {
+                    let message = format!("internal error: f32 kernel produced {} values for shape {shape:?}", v.len());
+                    return Err(EvalError::Runtime { place: self.place(k), message }.into());
+                }
+                Some(v) => (Storage::f32_values(v, shape.to_vec()), false),
+                None => {
+                    let hosts: Vec<HostTensor> = args.iter().map(|s| s.to_host()).collect();
+                    let refs: Vec<&HostTensor> = hosts.iter().collect();
+                    let t = crate::reference::eval_op(&kernel.op, &refs, dtype, shape)
+                        .map_err(|message| EvalError::Runtime { place: self.place(k), message })?;
+                    (Storage::from_host(t), true)
+                }
+            };
         if result.shape() != shape {
             let message = format!("internal error: kernel produced {:?}, expected {:?}", result.shape(), shape);
             return Err(EvalError::Runtime { place: self.place(k), message }.into());
@@ -286,6 +312,22 @@ impl CpuProgram {
                 (name.clone(), v.expect("outputs stay live").clone())
             })
             .collect())
+    }
+}
+
+/// Compile the fused elementwise kernels whose shapes are static now rather than in the
+/// first run (the others compile on first use, once per broadcast pattern). A body Cranelift
+/// cannot compile is interpreted; that is not an error.
+fn warm_jit(program: &Program) {
+    let empty = BTreeMap::new();
+    for kernel in &program.kernels {
+        let Op::FusedElementwise { body } = &kernel.op else { continue };
+        let shape = |b: usize| concrete(&program.buffers[b].ty.shape.0, &empty).ok();
+        let shapes: Option<Vec<Vec<usize>>> = kernel.inputs.iter().map(|&b| shape(b)).collect();
+        if let (Some(shapes), Some(out)) = (shapes, shape(kernel.output)) {
+            let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+            let _ = jit::warm(body, &refs, &out);
+        }
     }
 }
 

@@ -1,0 +1,248 @@
+//! `FusedElementwise` kernels compiled by Cranelift: one native function per body and
+//! broadcast pattern (which arguments are a single value), compiled on first use and cached
+//! for the life of the process. The row interpreter in `kernels.rs` remains for hosts that
+//! Cranelift cannot target and as the baseline the benches compare against.
+//!
+//! `RUSTRAL_JIT_DISASM=1` prints each kernel's machine code to stderr as it is compiled, for
+//! checking what a body became.
+
+mod codegen;
+
+use super::broadcast::{for_row_bases, strides};
+use codegen::{Helper, LANES};
+use cranelift_codegen::ir::UserFuncName;
+use cranelift_codegen::settings::{self, Configurable};
+use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+use cranelift_jit::{JITBuilder, JITModule};
+use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
+use rayon::prelude::*;
+use rustral_ir::ElementwiseExpr;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+/// A compiled body: `f(args, out, n)` writes `n` (a multiple of `LANES`) outputs.
+type KernelFn = unsafe extern "C" fn(*const *const f32, *mut f32, usize);
+
+/// The compiled kernels, keyed by body and which arguments are broadcast scalars.
+struct Jit {
+    module: JITModule,
+    helpers: HashMap<Helper, FuncId>,
+    /// Function addresses as integers (raw pointers are not `Send`), or why compiling failed.
+    kernels: HashMap<(ElementwiseExpr, Vec<bool>), Result<usize, String>>,
+    /// Numbers the functions' symbol names.
+    next: u32,
+}
+
+fn jit() -> &'static Mutex<Result<Jit, String>> {
+    static JIT: OnceLock<Mutex<Result<Jit, String>>> = OnceLock::new();
+    JIT.get_or_init(|| Mutex::new(Jit::new()))
+}
+
+impl Jit {
+    fn new() -> Result<Jit, String> {
+        let mut flags = settings::builder();
+        flags.set("opt_level", "speed").map_err(|e| e.to_string())?;
+        flags.set("is_pic", "false").map_err(|e| e.to_string())?;
+        flags.set("use_colocated_libcalls", "false").map_err(|e| e.to_string())?;
+        let isa = cranelift_native::builder()
+            .map_err(|e| format!("Cranelift does not support this host: {e}"))?
+            .finish(settings::Flags::new(flags))
+            .map_err(|e| e.to_string())?;
+        let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
+        builder.symbol(Helper::Log.symbol(), helpers::log as *const u8);
+        builder.symbol(Helper::Sin.symbol(), helpers::sin as *const u8);
+        builder.symbol(Helper::Cos.symbol(), helpers::cos as *const u8);
+        builder.symbol(Helper::Pow.symbol(), helpers::pow as *const u8);
+        let mut module = JITModule::new(builder);
+        let mut helpers = HashMap::new();
+        for h in Helper::ALL {
+            let sig = codegen::helper_signature(module.make_signature());
+            let id = module.declare_function(h.symbol(), Linkage::Import, &sig).map_err(|e| e.to_string())?;
+            helpers.insert(h, id);
+        }
+        Ok(Jit { module, helpers, kernels: HashMap::new(), next: 0 })
+    }
+
+    fn compile(&mut self, body: &ElementwiseExpr, scalar: &[bool]) -> Result<usize, String> {
+        let name = format!("fused_elementwise_{}", self.next);
+        self.next += 1;
+        let sig = codegen::kernel_signature(self.module.make_signature());
+        let id = self.module.declare_function(&name, Linkage::Local, &sig).map_err(|e| e.to_string())?;
+        let mut ctx = self.module.make_context();
+        ctx.func.signature = sig;
+        ctx.func.name = UserFuncName::user(0, id.as_u32());
+        let mut fctx = FunctionBuilderContext::new();
+        {
+            let mut b = FunctionBuilder::new(&mut ctx.func, &mut fctx);
+            let mut refs = HashMap::new();
+            for (&h, &hid) in &self.helpers {
+                refs.insert(h, self.module.declare_func_in_func(hid, b.func));
+            }
+            codegen::emit(&mut b, body, scalar, |h| refs[&h]);
+            b.finalize(self.module.target_config());
+        }
+        ctx.set_disasm(std::env::var_os("RUSTRAL_JIT_DISASM").is_some());
+        self.module.define_function(id, &mut ctx).map_err(|e| format!("{e:?}"))?;
+        if let Some(code) = ctx.compiled_code().and_then(|c| c.vcode.as_ref()) {
+            eprintln!("{code}");
+        }
+        self.module.finalize_definitions().map_err(|e| e.to_string())?;
+        Ok(self.module.get_finalized_function(id) as usize)
+    }
+}
+
+/// The compiled kernel for `body` with these scalar arguments, compiling it on first use.
+/// An error says why Cranelift could not compile it (the caller then interprets the body).
+fn kernel(body: &ElementwiseExpr, scalar: &[bool]) -> Result<KernelFn, String> {
+    let mut guard = jit().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let jit = guard.as_mut().map_err(|e| e.clone())?;
+    let key = (body.clone(), scalar.to_vec());
+    let address = match jit.kernels.get(&key) {
+        Some(found) => found.clone(),
+        None => {
+            let compiled = jit.compile(body, scalar);
+            jit.kernels.insert(key, compiled.clone());
+            compiled
+        }
+    }?;
+    // SAFETY: `address` is a function finalized by the JIT module, which lives (in a static)
+    // for the rest of the process, with the signature `codegen::kernel_signature` builds.
+    Ok(unsafe { std::mem::transmute::<usize, KernelFn>(address) })
+}
+
+/// How operands are read: as flat runs the length of the output (or single values), or a
+/// row of the output at a time through broadcast strides. `scalar[i]`: operand `i` is one
+/// value for the whole run or row.
+enum Layout {
+    Flat { scalar: Vec<bool> },
+    Rows { strides: Vec<Vec<usize>>, scalar: Vec<bool> },
+}
+
+fn layout(shapes: &[&[usize]], out: &[usize]) -> Layout {
+    let total: usize = out.iter().product();
+    let count = |s: &[usize]| s.iter().product::<usize>();
+    if shapes.iter().all(|s| count(s) == total || count(s) == 1) {
+        return Layout::Flat { scalar: shapes.iter().map(|s| count(s) == 1 && total != 1).collect() };
+    }
+    let width = out.last().copied().unwrap_or(1);
+    let strides: Vec<Vec<usize>> = shapes.iter().map(|s| strides(s, out)).collect();
+    let scalar = strides.iter().map(|st| width == 1 || st.last().is_none_or(|&s| s == 0)).collect();
+    Layout::Rows { strides, scalar }
+}
+
+/// Compile `body` for operands of these shapes now, so that runs do not; says why not when
+/// Cranelift cannot.
+pub(super) fn warm(body: &ElementwiseExpr, shapes: &[&[usize]], out: &[usize]) -> Result<(), String> {
+    match layout(shapes, out) {
+        Layout::Flat { scalar } | Layout::Rows { scalar, .. } => kernel(body, &scalar).map(|_| ()),
+    }
+}
+
+/// Elements per parallel task on the flat path.
+const BLOCK: usize = 1 << 14;
+
+/// Evaluate `body` over f32 operands broadcast to `out`, or say why the JIT cannot.
+pub(super) fn run(body: &ElementwiseExpr, operands: &[(&[f32], &[usize])], out: &[usize]) -> Result<Vec<f32>, String> {
+    let total: usize = out.iter().product();
+    let mut result = vec![0.0f32; total];
+    if total == 0 {
+        return Ok(result);
+    }
+    let shapes: Vec<&[usize]> = operands.iter().map(|(_, s)| *s).collect();
+    match layout(&shapes, out) {
+        Layout::Flat { scalar } => {
+            let f = kernel(body, &scalar)?;
+            result.par_chunks_mut(BLOCK).enumerate().for_each(|(c, dst)| {
+                let start = c * BLOCK;
+                let ptrs: Vec<(*const f32, bool)> = operands
+                    .iter()
+                    .zip(&scalar)
+                    .map(|((d, _), &s)| if s { (d.as_ptr(), true) } else { (d[start..].as_ptr(), false) })
+                    .collect();
+                call(f, &ptrs, dst);
+            });
+        }
+        Layout::Rows { strides, scalar } => {
+            let f = kernel(body, &scalar)?;
+            let width = out.last().copied().unwrap_or(1);
+            let rows_per_block = (BLOCK / width).max(1);
+            result.par_chunks_mut(rows_per_block * width).enumerate().for_each(|(blk, dst)| {
+                let first = blk * rows_per_block;
+                let mut ptrs: Vec<(*const f32, bool)> = Vec::with_capacity(operands.len());
+                for_row_bases(out, &strides, first..first + dst.len() / width, |r, bases| {
+                    ptrs.clear();
+                    ptrs.extend(operands.iter().zip(bases).zip(&scalar).map(|(((d, _), &b), &s)| (d[b..].as_ptr(), s)));
+                    call(f, &ptrs, &mut dst[(r - first) * width..(r - first + 1) * width]);
+                });
+            });
+        }
+    }
+    Ok(result)
+}
+
+/// Run `f` over `dst`: the whole multiple of `LANES` in place, the last few values through
+/// zero-padded copies (so the kernel never reads or writes past a slice).
+fn call(f: KernelFn, args: &[(*const f32, bool)], dst: &mut [f32]) {
+    let n = dst.len();
+    let main = n - n % LANES;
+    let ptrs: Vec<*const f32> = args.iter().map(|&(p, _)| p).collect();
+    if main > 0 {
+        // SAFETY: every non-scalar pointer has at least `n >= main` readable values (the
+        // callers slice them from a row or block of the output's length), `dst` has `n`.
+        unsafe { f(ptrs.as_ptr(), dst.as_mut_ptr(), main) };
+    }
+    let tail = n - main;
+    if tail > 0 {
+        let pads: Vec<[f32; LANES]> = args
+            .iter()
+            .map(|&(p, scalar)| {
+                let mut pad = [0.0f32; LANES];
+                let count = if scalar { 1 } else { tail };
+                // SAFETY: as above: `count` values remain after offset `main` (or one scalar).
+                let src = unsafe { std::slice::from_raw_parts(if scalar { p } else { p.wrapping_add(main) }, count) };
+                pad[..count].copy_from_slice(src);
+                pad
+            })
+            .collect();
+        let pad_ptrs: Vec<*const f32> = pads.iter().map(|p| p.as_ptr()).collect();
+        let mut out = [0.0f32; LANES];
+        // SAFETY: `LANES` values behind every pointer, `LANES` to write.
+        unsafe { f(pad_ptrs.as_ptr(), out.as_mut_ptr(), LANES) };
+        dst[main..].copy_from_slice(&out[..tail]);
+    }
+}
+
+/// The functions JIT code calls for ops it has no inline form of: four lanes each, the same
+/// scalar functions the interpreter uses.
+mod helpers {
+    use rustral_ir::{BinaryOp, UnaryOp};
+
+    fn lanes(a: *const f32, b: *const f32, out: *mut f32, f: impl Fn(f32, f32) -> f32) {
+        // SAFETY: the JIT passes three 16-byte stack buffers.
+        let (a, b, out) = unsafe {
+            (std::slice::from_raw_parts(a, 4), std::slice::from_raw_parts(b, 4), std::slice::from_raw_parts_mut(out, 4))
+        };
+        for i in 0..4 {
+            out[i] = f(a[i], b[i]);
+        }
+    }
+
+    pub extern "C" fn log(a: *const f32, b: *const f32, out: *mut f32) {
+        lanes(a, b, out, |x, _| super::super::kernels::unary(UnaryOp::Log, x));
+    }
+
+    pub extern "C" fn sin(a: *const f32, b: *const f32, out: *mut f32) {
+        lanes(a, b, out, |x, _| super::super::kernels::unary(UnaryOp::Sin, x));
+    }
+
+    pub extern "C" fn cos(a: *const f32, b: *const f32, out: *mut f32) {
+        lanes(a, b, out, |x, _| super::super::kernels::unary(UnaryOp::Cos, x));
+    }
+
+    pub extern "C" fn pow(a: *const f32, b: *const f32, out: *mut f32) {
+        lanes(a, b, out, |x, y| super::super::kernels::binary(BinaryOp::Pow, x, y));
+    }
+}
+
+#[cfg(test)]
+mod tests;
