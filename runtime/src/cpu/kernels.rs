@@ -7,6 +7,7 @@ use super::simd;
 use super::storage::Storage;
 use rayon::prelude::*;
 use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApprox, Op, ReduceOp, UnaryOp};
+use std::mem::MaybeUninit;
 
 /// Run `op` on f32 storage if a fast kernel exists for it; `out` is the bound output shape.
 /// `jit` chooses Cranelift-compiled fused elementwise kernels over the row interpreter.
@@ -73,8 +74,18 @@ const BLOCK: usize = 1 << 15;
 
 /// `f` over a slice, in parallel blocks, vectorised.
 fn map(x: &[f32], f: impl Fn(f32) -> f32 + Copy + Sync) -> Vec<f32> {
-    let mut out = vec![0.0f32; x.len()];
-    out.par_chunks_mut(BLOCK).zip(x.par_chunks(BLOCK)).for_each(|(o, i)| simd::map(i, o, f));
+    filled(x.len(), BLOCK, |start, o| simd::map(&x[start..start + o.len()], o, f))
+}
+
+/// `n` values written by `fill(first_index, chunk)` over disjoint chunks of `chunk` values in
+/// parallel, with no zero-fill first: for memory-bound kernels a memset pass costs as much as
+/// the kernel. `fill` must write every value of its chunk.
+fn filled(n: usize, chunk: usize, fill: impl Fn(usize, &mut [MaybeUninit<f32>]) + Sync) -> Vec<f32> {
+    let chunk = chunk.max(1);
+    let mut out = Vec::with_capacity(n);
+    out.spare_capacity_mut()[..n].par_chunks_mut(chunk).enumerate().for_each(|(i, c)| fill(i * chunk, c));
+    // SAFETY: the chunks cover 0..n and each `fill` wrote all of its chunk.
+    unsafe { out.set_len(n) };
     out
 }
 
@@ -369,20 +380,24 @@ fn matmul(
 /// LayerNorm (`center`) or RMSNorm over rows of `width`, in parallel over rows; each row is
 /// read twice (statistics, then normalise) and written once.
 fn norm(x: &[f32], width: usize, g: Option<&[f32]>, b: Option<&[f32]>, eps: f32, center: bool) -> Vec<f32> {
-    let mut out = vec![0.0f32; x.len()];
     if width == 0 {
-        return out;
+        return vec![0.0f32; x.len()];
     }
     let rows_per_task = (BLOCK / width).max(1) * width;
-    out.par_chunks_mut(rows_per_task)
-        .zip(x.par_chunks(rows_per_task))
-        .for_each(|(o, x)| norm_rows(o, x, width, g, b, eps, center));
-    out
+    filled(x.len(), rows_per_task, |start, o| norm_rows(o, &x[start..start + o.len()], width, g, b, eps, center))
 }
 
 simd::multiversion! {
     /// Normalise consecutive rows of `width`.
-    fn norm_rows(o: &mut [f32], x: &[f32], width: usize, g: Option<&[f32]>, b: Option<&[f32]>, eps: f32, center: bool) {
+    fn norm_rows(
+        o: &mut [MaybeUninit<f32>],
+        x: &[f32],
+        width: usize,
+        g: Option<&[f32]>,
+        b: Option<&[f32]>,
+        eps: f32,
+        center: bool,
+    ) {
         for (o, row) in o.chunks_mut(width).zip(x.chunks(width)) {
             let n = width as f32;
             let mean = if center { simd::sum(row) / n } else { 0.0 };
@@ -393,9 +408,11 @@ simd::multiversion! {
                     .iter_mut()
                     .zip(row)
                     .zip(g.iter().zip(b))
-                    .for_each(|((d, &v), (&gg, &bb))| *d = (v - mean) * inv * gg + bb),
-                (Some(g), None) => o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| *d = (v - mean) * inv * gg),
-                _ => o.iter_mut().zip(row).for_each(|(d, &v)| *d = (v - mean) * inv),
+                    .for_each(|((d, &v), (&gg, &bb))| _ = d.write((v - mean) * inv * gg + bb)),
+                (Some(g), None) => {
+                    o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| _ = d.write((v - mean) * inv * gg))
+                }
+                _ => o.iter_mut().zip(row).for_each(|(d, &v)| _ = d.write((v - mean) * inv)),
             }
         }
     }
@@ -403,36 +420,36 @@ simd::multiversion! {
 
 /// Softmax over rows of `width`, in parallel over rows.
 fn softmax(x: &[f32], width: usize) -> Vec<f32> {
-    let mut out = vec![0.0f32; x.len()];
     if width == 0 {
-        return out;
+        return vec![0.0f32; x.len()];
     }
     let rows_per_task = (BLOCK / width).max(1) * width;
-    out.par_chunks_mut(rows_per_task).zip(x.par_chunks(rows_per_task)).for_each(|(o, x)| softmax_rows(o, x, width));
-    out
+    filled(x.len(), rows_per_task, |start, o| softmax_rows(o, &x[start..start + o.len()], width))
 }
 
 simd::multiversion! {
     /// Softmax of consecutive rows of `width`.
-    fn softmax_rows(o: &mut [f32], x: &[f32], width: usize) {
+    fn softmax_rows(o: &mut [MaybeUninit<f32>], x: &[f32], width: usize) {
         o.chunks_mut(width).zip(x.chunks(width)).for_each(|(o, row)| softmax_row(row, o))
     }
 }
 
 #[inline(always)]
 fn softmax_in_place(row: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) });
+    let max = simd::max(row);
     row.iter_mut().for_each(|v| *v = simd::exp(*v - max));
     let inv = 1.0 / simd::sum(row);
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
 #[inline(always)]
-fn softmax_row(row: &[f32], o: &mut [f32]) {
-    let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) });
+fn softmax_row(row: &[f32], o: &mut [MaybeUninit<f32>]) {
+    let max = simd::max(row);
     for (d, &v) in o.iter_mut().zip(row) {
-        *d = simd::exp(v - max);
+        d.write(simd::exp(v - max));
     }
+    // SAFETY: every value of `o` was written just above (`o` and `row` have one length).
+    let o = unsafe { &mut *(o as *mut [MaybeUninit<f32>] as *mut [f32]) };
     let sum = simd::sum(o);
     let inv = 1.0 / sum;
     o.iter_mut().for_each(|d| *d *= inv);
@@ -451,11 +468,9 @@ fn reduce_last(x: &[f32], width: usize, r: ReduceOp, rows: usize) -> Vec<f32> {
     }
     x.par_chunks(width)
         .map(|row| match r {
-            ReduceOp::Sum => row.iter().sum(),
-            ReduceOp::Mean => row.iter().sum::<f32>() / width as f32,
-            ReduceOp::Max => {
-                row.iter().fold(f32::NEG_INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) })
-            }
+            ReduceOp::Sum => simd::sum(row),
+            ReduceOp::Mean => simd::sum(row) / width as f32,
+            ReduceOp::Max => simd::max(row),
             ReduceOp::Min => {
                 row.iter().fold(f32::INFINITY, |m, &v| if v.is_nan() || m.is_nan() { f32::NAN } else { m.min(v) })
             }

@@ -3,6 +3,8 @@
 //! drivers are compiled twice, once for AVX2+FMA (chosen at run time when the CPU has them)
 //! and once for the baseline, so the binary stays portable.
 
+use std::mem::MaybeUninit;
+
 /// `e^x` for f32: `2^n * p(r)` with `x = n ln 2 + r`, `|r| <= ln2/2`, p a degree-7 Taylor
 /// polynomial; inputs are clamped to the finite range.
 #[inline(always)]
@@ -15,13 +17,17 @@ pub fn exp(x: f32) -> f32 {
     // Round to nearest by adding 1.5 * 2^23 (no call to floorf, which does not vectorise
     // without SSE4.1).
     const ROUND: f32 = 12_582_912.0;
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let shifted = x * LOG2E + ROUND;
+    let n = shifted - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // `n + 127` read from the low mantissa bits of `shifted` (equal to `n as i32 + 127` over
+    // the clamped range): integer lane arithmetic, where `as i32` saturates lane by lane in
+    // scalar code.
+    let scale = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND.to_bits() - 127) << 23);
     let y = p * scale;
     if x0.is_nan() {
         x0
@@ -75,8 +81,9 @@ pub fn one_plus_erf(z: f32) -> f32 {
     if z < 0.0 { c } else { 2.0 - c }
 }
 
-/// `dst[i] = f(src[i])`, vectorised where the CPU allows.
-pub fn map(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+/// `dst[i] = f(src[i])`, vectorised where the CPU allows; writes every value of `dst` (which
+/// may start uninitialised) when the slices have one length.
+pub fn map(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
     #[cfg(target_arch = "x86_64")]
     if has_avx512() {
         // SAFETY: the CPU supports the features `map_avx512` is compiled for.
@@ -94,51 +101,83 @@ pub fn map(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-unsafe fn map_avx512(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+unsafe fn map_avx512(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
     map_plain(src, dst, f);
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn map_avx2(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+unsafe fn map_avx2(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
     map_plain(src, dst, f);
 }
 
 #[inline(always)]
-fn map_plain(src: &[f32], dst: &mut [f32], f: impl Fn(f32) -> f32 + Copy) {
+fn map_plain(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 + Copy) {
     for (d, &s) in dst.iter_mut().zip(src) {
-        *d = f(s);
+        d.write(f(s));
     }
 }
 
-/// Sum of a slice in eight independent lanes (so it vectorises; f32 addition is not
+/// Independent partial sums in the reductions below: four AVX-512 registers (eight AVX2
+/// ones), enough chains that the adds' latency does not bound a row that sits in L1.
+const ACC: usize = 64;
+
+/// Sum of a slice in `ACC` independent lanes (so it vectorises; f32 addition is not
 /// associative, so the compiler will not reorder a plain fold).
 #[inline(always)]
 pub fn sum(xs: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = xs.chunks_exact(8);
+    let mut acc = [0.0f32; ACC];
+    let chunks = xs.chunks_exact(ACC);
     let rest = chunks.remainder();
     for c in chunks {
-        for i in 0..8 {
+        for i in 0..ACC {
             acc[i] += c[i];
         }
     }
-    acc.iter().sum::<f32>() + rest.iter().sum::<f32>()
+    fold(&acc) + rest.iter().sum::<f32>()
 }
 
-/// Sum of `(x - m)^2` in eight lanes.
+/// Sum of `(x - m)^2` in `ACC` lanes.
 #[inline(always)]
 pub fn sum_sq_dev(xs: &[f32], m: f32) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = xs.chunks_exact(8);
+    let mut acc = [0.0f32; ACC];
+    let chunks = xs.chunks_exact(ACC);
     let rest = chunks.remainder();
     for c in chunks {
-        for i in 0..8 {
+        for i in 0..ACC {
             let d = c[i] - m;
             acc[i] += d * d;
         }
     }
-    acc.iter().sum::<f32>() + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
+    fold(&acc) + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
+}
+
+/// The largest value, NaN if any is NaN (the IR's `max`), in `ACC` lanes.
+#[inline(always)]
+pub fn max(xs: &[f32]) -> f32 {
+    #[inline(always)]
+    fn step(m: f32, v: f32) -> f32 {
+        if v.is_nan() || m.is_nan() { f32::NAN } else { m.max(v) }
+    }
+    let mut acc = [f32::NEG_INFINITY; ACC];
+    let chunks = xs.chunks_exact(ACC);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for i in 0..ACC {
+            acc[i] = step(acc[i], c[i]);
+        }
+    }
+    acc.iter().chain(rest).fold(f32::NEG_INFINITY, |m, &v| step(m, v))
+}
+
+/// The lanes' total, pairwise (vector adds, then a short tail).
+#[inline(always)]
+fn fold(acc: &[f32; ACC]) -> f32 {
+    let mut half = [0.0f32; ACC / 4];
+    for i in 0..ACC / 4 {
+        half[i] = (acc[i] + acc[i + ACC / 4]) + (acc[i + ACC / 2] + acc[i + 3 * ACC / 4]);
+    }
+    half.iter().sum()
 }
 
 /// True when the AVX-512 versions may run.
