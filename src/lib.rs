@@ -6,12 +6,19 @@
 
 pub use rustral_frontend as frontend;
 pub use rustral_ir as ir;
+#[cfg(feature = "compiler")]
 pub use rustral_lowering as lowering;
 pub use rustral_models as models;
+#[cfg(feature = "compiler")]
 pub use rustral_passes as passes;
+#[cfg(feature = "compiler")]
 pub use rustral_runtime as runtime;
 
+#[doc(hidden)]
+pub mod model_file;
+#[cfg(feature = "compiler")]
 mod session;
+#[cfg(feature = "compiler")]
 pub use session::{CompileOptions, Session, Target};
 
 /// Any error a Rustral program can meet, from tracing to running.
@@ -24,15 +31,19 @@ pub enum Error {
     #[error(transparent)]
     Ir(#[from] rustral_ir::IrError),
     /// Evaluation failed.
+    #[cfg(feature = "compiler")]
     #[error(transparent)]
     Eval(#[from] rustral_runtime::reference::EvalError),
     /// The pass pipeline failed (an unknown pass name, a pass that broke the graph).
+    #[cfg(feature = "compiler")]
     #[error(transparent)]
     Passes(#[from] rustral_passes::PassError),
     /// Lowering failed.
+    #[cfg(feature = "compiler")]
     #[error(transparent)]
     Lower(#[from] rustral_lowering::LowerError),
     /// The CPU target failed.
+    #[cfg(feature = "compiler")]
     #[error(transparent)]
     Cpu(#[from] rustral_runtime::cpu::CpuError),
 }
@@ -42,13 +53,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// The names most programs need: `use rustral::prelude::*;`.
 pub mod prelude {
+    #[cfg(feature = "compiler")]
     pub use crate::{CompileOptions, Session, Target};
     pub use rustral_frontend::nn::Module;
     pub use rustral_frontend::{
         ForwardCtx, Init, Mode, ParamStore, ShapePolicy, Tensor, TraceOptions, trace, trace_model,
     };
     pub use rustral_ir::{DType, Dim, Graph, NodeId, Op, Shape, TensorType};
+    #[cfg(feature = "compiler")]
     pub use rustral_passes::OptLevel;
+    #[cfg(feature = "compiler")]
     pub use rustral_runtime::HostTensor;
+    #[cfg(feature = "compiler")]
     pub use rustral_runtime::reference::evaluate;
 }

@@ -5,10 +5,11 @@
 use crate::Result;
 use rustral_frontend::ParamStore;
 use rustral_ir::Graph;
+use rustral_lowering::Program;
 use rustral_lowering::lower;
 use rustral_passes::{CompileStats, OptLevel, PassManager};
 use rustral_runtime::HostTensor;
-use rustral_runtime::cpu::{CpuProgram, Elementwise, KernelTime};
+use rustral_runtime::cpu::{CpuProgram, Elementwise, KernelTime, Outputs, Storage};
 use std::collections::HashMap;
 
 /// Where a program runs. Model code never names one; choosing it is this one argument.
@@ -31,12 +32,20 @@ pub struct CompileOptions {
     pub threads: usize,
     /// How the CPU target runs fused elementwise kernels (Cranelift JIT by default).
     pub elementwise: Elementwise,
+    /// Keep the IR text after every pass (see `Session::dumps`).
+    pub dump_each: bool,
 }
 
 impl Default for CompileOptions {
     fn default() -> CompileOptions {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        CompileOptions { level: OptLevel::O2, disabled: vec![], threads, elementwise: Elementwise::Jit }
+        CompileOptions {
+            level: OptLevel::O2,
+            disabled: vec![],
+            threads,
+            elementwise: Elementwise::Jit,
+            dump_each: false,
+        }
     }
 }
 
@@ -46,6 +55,7 @@ pub struct Session {
     stats: CompileStats,
     cpu: Option<CpuProgram>,
     params: HashMap<String, HostTensor>,
+    dumps: Vec<(&'static str, String)>,
 }
 
 impl Session {
@@ -56,7 +66,7 @@ impl Session {
             pm = pm.disable(name)?;
         }
         let mut g = graph.clone();
-        let stats = pm.run(&mut g)?.stats;
+        let compiled = pm.dump_each(options.dump_each).run(&mut g)?;
         let cpu = match target {
             Target::Cpu => {
                 let mut program = CpuProgram::new(lower(&g)?, options.threads)?;
@@ -65,7 +75,17 @@ impl Session {
             }
             Target::Reference => None,
         };
-        Ok(Session { graph: g, stats, cpu, params: HashMap::new() })
+        Ok(Session { graph: g, stats: compiled.stats, cpu, params: HashMap::new(), dumps: compiled.dumps })
+    }
+
+    /// `(pass, IR text)` after each pass that ran, when compiled with `dump_each`.
+    pub fn dumps(&self) -> &[(&'static str, String)] {
+        &self.dumps
+    }
+
+    /// The lowered program (CPU target only).
+    pub fn program(&self) -> Option<&Program> {
+        self.cpu.as_ref().map(|c| c.program())
     }
 
     /// The optimised graph.
@@ -102,6 +122,39 @@ impl Session {
                 let mut feeds = self.params.clone();
                 feeds.extend(inputs);
                 Ok(rustral_runtime::reference::evaluate(&self.graph, &feeds)?)
+            }
+        }
+    }
+
+    /// Run `1 + repeat` times (one warm-up run, then `repeat` timed runs) and return the last
+    /// outputs with the timed runs' wall times. On the CPU target inputs are converted once,
+    /// outside the timing; on the reference target each time is a whole evaluation.
+    pub fn run_timed(
+        &self,
+        inputs: &[(&str, HostTensor)],
+        repeat: usize,
+    ) -> Result<(Outputs, Vec<std::time::Duration>)> {
+        let mut times = Vec::with_capacity(repeat);
+        match &self.cpu {
+            Some(cpu) => {
+                let storage: HashMap<String, Storage> =
+                    inputs.iter().map(|(n, t)| (n.to_string(), Storage::from_host(t.clone()))).collect();
+                let mut out = cpu.run_storage(&storage)?;
+                for _ in 0..repeat {
+                    let start = std::time::Instant::now();
+                    out = cpu.run_storage(&storage)?;
+                    times.push(start.elapsed());
+                }
+                Ok((out.into_iter().map(|(n, s)| (n, s.to_host())).collect(), times))
+            }
+            None => {
+                let mut out = self.run(inputs)?;
+                for _ in 0..repeat {
+                    let start = std::time::Instant::now();
+                    out = self.run(inputs)?;
+                    times.push(start.elapsed());
+                }
+                Ok((out, times))
             }
         }
     }

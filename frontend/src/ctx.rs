@@ -121,6 +121,31 @@ pub struct Traced {
     pub params: Vec<ParamSpec>,
 }
 
+/// A trace as JSON: the graph in the IR's JSON form and the parameter declarations.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TracedRepr {
+    graph: rustral_ir::GraphRepr,
+    params: Vec<ParamSpec>,
+}
+
+impl Traced {
+    /// Deterministic JSON of the graph and parameter declarations, for handing a trace to
+    /// another process (`rustral-compile` traces model files in their own build).
+    pub fn to_json(&self) -> String {
+        let repr = TracedRepr { graph: rustral_ir::GraphRepr::from_graph(&self.graph), params: self.params.clone() };
+        serde_json::to_string(&repr).expect("traces always serialize")
+    }
+
+    /// Read `to_json`'s output back; the graph is verified.
+    pub fn from_json(s: &str) -> Result<Traced> {
+        let repr: TracedRepr = serde_json::from_str(s)
+            .map_err(|e| rustral_ir::IrError::Decode { format: "trace json", message: e.to_string() })?;
+        let graph = repr.graph.into_graph("trace json")?;
+        rustral_ir::verify(&graph).map_err(rustral_ir::IrError::from)?;
+        Ok(Traced { graph, params: repr.params })
+    }
+}
+
 /// Trace `f` into a graph whose outputs are the returned tensors, named `out0`, `out1`, ...
 pub fn trace(options: TraceOptions, f: impl FnOnce(&mut ForwardCtx) -> Result<Vec<Tensor>>) -> Result<Traced> {
     trace_model(options, f)

@@ -8,7 +8,8 @@ use rand_distr::{Distribution, Normal, Uniform};
 use rustral_ir::DType;
 
 /// How a parameter is initialised when no weights are loaded.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Init {
     /// All zeros.
     Zeros,
@@ -29,7 +30,7 @@ pub enum Init {
 }
 
 /// A declared parameter: its full name, type and initialiser.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ParamSpec {
     /// Full name (`encoder.layer.0.attention.self.query.weight`).
     pub name: String,

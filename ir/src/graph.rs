@@ -187,6 +187,20 @@ impl Graph {
         self.nodes.node_weight_mut(id.0)
     }
 
+    /// Give the symbolic dims in `binding` their sizes everywhere: node types and the dims
+    /// ops carry (reshape and broadcast targets, slice ends). Other symbols stay symbolic.
+    pub fn pin_dims(&mut self, binding: &std::collections::BTreeMap<String, usize>) {
+        let pin = |d: &mut crate::shape::Dim| *d = crate::shape::Shape(vec![d.clone()]).substitute(binding).0.remove(0);
+        for node in self.nodes.node_weights_mut() {
+            node.ty.shape = node.ty.shape.substitute(binding);
+            match &mut node.op {
+                Op::Reshape { shape } | Op::BroadcastTo { shape } => *shape = shape.substitute(binding),
+                Op::Slice { end, .. } => pin(end),
+                _ => {}
+            }
+        }
+    }
+
     /// Number of nodes.
     pub fn len(&self) -> usize {
         self.nodes.node_count()

@@ -1,4 +1,5 @@
-// The model file from the frontend's contract, exactly as a user writes it.
+// A model file (the frontend's contract, exactly as a user writes it): a one-layer
+// perceptron, tanh, then each row centred and doubled. `rustral-compile models/examples/mlp.rs`.
 use rustral::prelude::*;
 
 pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {

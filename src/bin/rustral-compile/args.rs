@@ -1,0 +1,187 @@
+//! The command line.
+
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+
+const EXAMPLES: &str = "\
+Examples:
+  rustral-compile models/examples/layer_norm.rs --emit opt-ir
+      trace a Rust model file, optimise it, print the fused IR
+  rustral-compile models/examples/gpt2_block.rs --run --check
+      compile for the CPU, run on seeded inputs, compare with the reference interpreter
+  rustral-compile examples/ir/gelu_mlp.rir -O0 --emit dot -o out/
+      write the unoptimised graph as Graphviz (and SVG when `dot` is installed)
+  rustral-compile --model minilm --config config.json --weights model.safetensors --shape batch=2 --shape seq=16 --run
+      a built-in model with Hugging Face weights
+  rustral-compile model.rs --disable-pass fuse-attention --emit stats --run --repeat 20
+      what one pass buys: timings land in stats.json under `run`
+
+Exit status: 0 success, 1 a user error (bad file, bad option, a model that does not trace),
+2 an internal error (a bug: please report it), 3 --check found errors beyond tolerance.";
+
+/// Compile a model: a Rust model file, text IR (.rir), JSON IR (.json) or a built-in model in;
+/// IR, pictures, statistics, a program and a checked run out.
+#[derive(Parser, Debug)]
+#[command(name = "rustral-compile", version, after_help = EXAMPLES)]
+pub struct Args {
+    /// The model: a Rust file defining `pub fn model(ctx: &mut ForwardCtx) ->
+    /// rustral::Result<Vec<Tensor>>`, a text IR file (.rir) or a JSON IR file (.json).
+    #[arg(required_unless_present = "model", conflicts_with = "model")]
+    pub input: Option<PathBuf>,
+
+    /// A built-in model instead of a file.
+    #[arg(long, value_enum)]
+    pub model: Option<BuiltIn>,
+
+    /// The built-in model's Hugging Face `config.json` (a small default config without it).
+    #[arg(long, requires = "model", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Where the program runs.
+    #[arg(long, value_enum, default_value_t = TargetName::Cpu)]
+    pub target: TargetName,
+
+    /// Optimisation level: -O0 (op by op), -O1 (clean-up), -O2 (fusion, the default).
+    #[arg(short = 'O', value_name = "LEVEL", default_value = "2", value_parser = ["0", "1", "2"])]
+    pub opt: String,
+
+    /// Switch a pass off (repeatable); an unknown name lists the valid ones.
+    #[arg(long = "disable-pass", value_name = "NAME")]
+    pub disable: Vec<String>,
+
+    /// Pin a symbolic dim to a size (repeatable), e.g. --shape batch=8.
+    #[arg(long = "shape", value_name = "DIM=N", value_parser = parse_pin)]
+    pub shapes: Vec<(String, usize)>,
+
+    /// Threads for the CPU target (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+
+    /// What to write (repeatable or a comma list). Without -o, a single textual emit goes to
+    /// stdout.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub emit: Vec<Emit>,
+
+    /// Write emitted files into this folder (model.ir, model.opt.ir, model.dot and model.svg,
+    /// stats.json, program.json).
+    #[arg(short = 'o', long = "out-dir", value_name = "DIR")]
+    pub out_dir: Option<PathBuf>,
+
+    /// Write the IR after every pass (into -o DIR as after-NN-PASS.ir, else to stderr).
+    #[arg(long)]
+    pub print_after_all: bool,
+
+    /// Run the compiled program on seeded inputs (or --input files) and print the outputs'
+    /// shapes, a summary and min/median/max time.
+    #[arg(long)]
+    pub run: bool,
+
+    /// Timed runs after one warm-up run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+
+    /// Feed an input from a .npy file (repeatable): --input input_ids=ids.npy.
+    #[arg(long = "input", value_name = "NAME=FILE", value_parser = parse_feed)]
+    pub feeds: Vec<(String, PathBuf)>,
+
+    /// Parameters from a safetensors file (Hugging Face names for the built-in models);
+    /// seeded random parameters without it.
+    #[arg(long, value_name = "FILE")]
+    pub weights: Option<PathBuf>,
+
+    /// Write each output as DIR/NAME.npy after the run.
+    #[arg(long, value_name = "DIR")]
+    pub save_outputs: Option<PathBuf>,
+
+    /// Also run the reference interpreter on the unoptimised graph and compare every output
+    /// (implies --run); exit status 3 beyond tolerance.
+    #[arg(long)]
+    pub check: bool,
+
+    /// Allowed error for --check: |got - want| <= tol * (1 + |want|) for every value.
+    #[arg(long, default_value_t = 1e-4, value_name = "TOL")]
+    pub tolerance: f64,
+
+    /// Seed for random parameters and inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// No progress messages.
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// The built-in models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BuiltIn {
+    /// A multilayer perceptron.
+    Mlp,
+    /// A BERT encoder with mean pooling (all-MiniLM-L6-v2's architecture).
+    Minilm,
+    /// GPT-2.
+    Gpt2,
+    /// LLaMA.
+    Llama,
+}
+
+/// Target names as users type them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TargetName {
+    /// The CPU target (SIMD kernels, Cranelift-compiled fused elementwise kernels).
+    Cpu,
+    /// The reference interpreter (f64, slow; the oracle).
+    Reference,
+    /// WebGPU compute shaders.
+    Wgsl,
+    /// Candle on the CPU.
+    CandleCpu,
+    /// Candle on CUDA.
+    CandleCuda,
+    /// Candle on Metal.
+    CandleMetal,
+}
+
+/// What --emit can write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, ValueEnum)]
+pub enum Emit {
+    /// The traced IR, before any pass.
+    Ir,
+    /// The IR after the pass pipeline.
+    OptIr,
+    /// The optimised graph in Graphviz DOT.
+    Dot,
+    /// Compile statistics as JSON (and the run's timings with --run).
+    Stats,
+    /// The lowered program: buffers, kernels, schedule and memory plan, as JSON.
+    Program,
+    /// The WGSL program folder.
+    Wgsl,
+}
+
+impl Emit {
+    /// The file it is written to under -o.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Emit::Ir => "model.ir",
+            Emit::OptIr => "model.opt.ir",
+            Emit::Dot => "model.dot",
+            Emit::Stats => "stats.json",
+            Emit::Program => "program.json",
+            Emit::Wgsl => "wgsl",
+        }
+    }
+}
+
+fn parse_pin(s: &str) -> Result<(String, usize), String> {
+    let (name, size) = s.split_once('=').ok_or_else(|| format!("expected DIM=N, found {s:?}"))?;
+    let size = size.parse().map_err(|_| format!("{size:?} is not a size (in {s:?})"))?;
+    if !rustral::ir::is_identifier(name) {
+        return Err(format!("{name:?} is not a dim name"));
+    }
+    Ok((name.to_string(), size))
+}
+
+fn parse_feed(s: &str) -> Result<(String, PathBuf), String> {
+    let (name, file) = s.split_once('=').ok_or_else(|| format!("expected NAME=FILE, found {s:?}"))?;
+    Ok((name.to_string(), PathBuf::from(file)))
+}

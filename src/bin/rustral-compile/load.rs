@@ -1,0 +1,120 @@
+//! From the command line's input to a traced graph with its parameter declarations.
+
+use crate::args::{Args, BuiltIn};
+use crate::fail::Fail;
+use crate::model_file;
+use rustral::frontend::{Init, ParamSpec, ShapePolicy, TraceOptions, Traced, trace, trace_named};
+use rustral::ir::Graph;
+use rustral::models::{
+    BERT_UNUSED_WEIGHTS, Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel,
+};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// A model ready to compile.
+pub struct Loaded {
+    /// What it is called in messages (a file path or `--model NAME`).
+    pub label: String,
+    pub traced: Traced,
+    /// Checkpoint entries the model does not use (skipped when loading --weights).
+    pub ignore: &'static [&'static str],
+}
+
+pub fn load(args: &Args) -> Result<Loaded, Fail> {
+    let pins: BTreeMap<String, usize> = args.shapes.iter().cloned().collect();
+    let mut policy = ShapePolicy::symbolic();
+    for (name, size) in &pins {
+        policy = policy.pin(name, *size);
+    }
+    let options = TraceOptions { shape: policy, seed: args.seed, ..TraceOptions::default() };
+    if let Some(model) = args.model {
+        return built_in(model, args.config.as_deref(), options);
+    }
+    let path = args.input.as_deref().expect("clap requires an input without --model");
+    let label = path.display().to_string();
+    if !path.is_file() {
+        return Err(Fail::user(format!("{label}: no such file")));
+    }
+    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let traced = match extension {
+        "rs" => model_file::trace(path, &args.shapes, args.quiet)?,
+        "rir" | "ir" | "json" => {
+            let text = std::fs::read_to_string(path).map_err(|e| Fail::user(format!("{label}: {e}")))?;
+            let mut graph = if extension == "json" {
+                rustral::ir::from_json(&text).map_err(|e| Fail::user(format!("{label}: {e}")))?
+            } else {
+                // `file:line:col: expected X, found Y`, as compilers print it.
+                rustral::ir::parse(&text).map_err(|e| Fail::user(format!("{label}:{e}")))?
+            };
+            graph.pin_dims(&pins);
+            rustral::ir::verify(&graph).map_err(|e| Fail::user(format!("{label}: the graph does not verify:\n{e}")))?;
+            let params = param_specs(&graph, &label)?;
+            Traced { graph, params }
+        }
+        _ => {
+            return Err(Fail::user(format!(
+                "{label}: unknown kind of input (expected a Rust model file .rs, text IR .rir or JSON IR .json)"
+            )));
+        }
+    };
+    Ok(Loaded { label, traced, ignore: &[] })
+}
+
+/// Parameter declarations for an IR file, which has types but no initialisers.
+fn param_specs(g: &Graph, label: &str) -> Result<Vec<ParamSpec>, Fail> {
+    g.params()
+        .into_iter()
+        .map(|(name, id)| {
+            let ty = &g.node(id).expect("params exist").ty;
+            let shape: Option<Vec<usize>> = ty.shape.dims().iter().map(|d| d.as_static()).collect();
+            let shape = shape.ok_or_else(|| {
+                Fail::user(format!("{label}: parameter {name:?} has a symbolic shape {ty}; pin it with --shape"))
+            })?;
+            Ok(ParamSpec { name, dtype: ty.dtype, shape, init: Init::Normal { std: 0.5 } })
+        })
+        .collect()
+}
+
+fn built_in(model: BuiltIn, config: Option<&Path>, options: TraceOptions) -> Result<Loaded, Fail> {
+    let config_error = |e: rustral::models::ConfigError| Fail::user(e.to_string());
+    let (name, traced, ignore): (&str, _, &'static [&'static str]) = match model {
+        BuiltIn::Mlp => {
+            if config.is_some() {
+                return Err(Fail::user("--model mlp has no config file (its widths are 8, 16, 4)"));
+            }
+            let mlp = MlpModel { config: MlpConfig::default() };
+            ("mlp", trace(options, |ctx| Ok(vec![mlp.trace(ctx)?])), &[])
+        }
+        BuiltIn::Minilm => {
+            let config = config.map(BertConfig::from_file).transpose().map_err(config_error)?;
+            let bert = Bert { config: config.unwrap_or_else(|| BertConfig::tiny(2)) };
+            let traced = trace_named(options, |ctx| {
+                let (ids, types, mask) = bert.inputs(ctx)?;
+                let hidden = bert.forward(ctx, &ids, &types, &mask)?;
+                let embeddings = bert.sentence_embedding(ctx, &hidden, &mask)?;
+                Ok(vec![("last_hidden_state".into(), hidden), ("sentence_embedding".into(), embeddings)])
+            });
+            ("minilm", traced, BERT_UNUSED_WEIGHTS)
+        }
+        BuiltIn::Gpt2 => {
+            let config = config.map(Gpt2Config::from_file).transpose().map_err(config_error)?;
+            let gpt2 = Gpt2 { config: config.unwrap_or_else(|| Gpt2Config::tiny(2)) };
+            let traced = trace_named(options, |ctx| {
+                let ids = gpt2.input(ctx)?;
+                Ok(vec![("logits".into(), gpt2.forward(ctx, &ids)?)])
+            });
+            ("gpt2", traced, &[])
+        }
+        BuiltIn::Llama => {
+            let config = config.map(LlamaConfig::from_file).transpose().map_err(config_error)?;
+            let llama = Llama { config: config.unwrap_or_else(|| LlamaConfig::tiny(2)) };
+            let traced = trace_named(options, |ctx| {
+                let ids = llama.input(ctx)?;
+                Ok(vec![("logits".into(), llama.forward(ctx, &ids)?)])
+            });
+            ("llama", traced, &[])
+        }
+    };
+    let traced = traced.map_err(|e| Fail::user(format!("--model {name}: {e}")))?;
+    Ok(Loaded { label: format!("--model {name}"), traced, ignore })
+}

@@ -1,0 +1,215 @@
+//! `rustral-compile`: a model in (a Rust model file, text or JSON IR, or a built-in model), IR,
+//! pictures, statistics, a lowered program and a checked run out. `--help` has examples.
+
+mod args;
+mod emit;
+mod fail;
+mod load;
+mod model_file;
+mod run;
+
+use args::{Args, Emit, TargetName};
+use clap::Parser;
+use fail::Fail;
+use rustral::frontend::ParamStore;
+use rustral::passes::OptLevel;
+use rustral::{CompileOptions, Session, Target};
+use std::process::ExitCode;
+use std::time::Instant;
+
+fn main() -> ExitCode {
+    // A panic is a bug: one line saying so, exit status 2, no backtrace.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("internal error (a bug in rustral-compile; please report it): {info}");
+    }));
+    let args = Args::parse();
+    match std::panic::catch_unwind(|| compile(&args)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(fail)) => {
+            eprintln!("{fail}");
+            ExitCode::from(fail.code())
+        }
+        Err(_) => ExitCode::from(2),
+    }
+}
+
+fn compile(args: &Args) -> Result<(), Fail> {
+    let target = match args.target {
+        TargetName::Cpu => Target::Cpu,
+        TargetName::Reference => Target::Reference,
+        other => {
+            let name = other_name(other);
+            return Err(Fail::user(format!(
+                "target {name} is not available: this Rustral has no {name} target yet (only cpu and reference)"
+            )));
+        }
+    };
+    if args.emit.contains(&Emit::Wgsl) {
+        return Err(Fail::user("--emit wgsl needs the WGSL target, which this Rustral does not have yet"));
+    }
+    let mut emits = args.emit.clone();
+    emits.sort();
+    emits.dedup();
+    if args.out_dir.is_none() && emits.len() > 1 {
+        return Err(Fail::user("several kinds of --emit need -o DIR (only one can go to stdout)"));
+    }
+    let quiet = args.quiet;
+    let say = |message: String| {
+        if !quiet {
+            eprintln!("{message}");
+        }
+    };
+
+    let start = Instant::now();
+    let loaded = load::load(args)?;
+    let traced = &loaded.traced;
+    say(format!(
+        "traced {}: {} nodes, {} parameters ({:.2} s)",
+        loaded.label,
+        traced.graph.len(),
+        traced.params.len(),
+        start.elapsed().as_secs_f64()
+    ));
+
+    let level = match args.opt.as_str() {
+        "0" => OptLevel::O0,
+        "1" => OptLevel::O1,
+        _ => OptLevel::O2,
+    };
+    let mut options = CompileOptions { level, disabled: args.disable.clone(), ..CompileOptions::default() };
+    options.dump_each = args.print_after_all;
+    if let Some(t) = args.threads {
+        options.threads = t;
+    }
+    let start = Instant::now();
+    let mut session = Session::compile(&traced.graph, target, &options)?;
+    say(format!(
+        "compiled -O{} for {}: {} nodes{} ({:.2} s)",
+        args.opt,
+        other_name(args.target),
+        session.graph().len(),
+        session.program().map_or(String::new(), |p| format!(", {} kernels", p.kernels.len())),
+        start.elapsed().as_secs_f64()
+    ));
+
+    let store = match &args.weights {
+        Some(path) => ParamStore::load_safetensors(path, &traced.params, loaded.ignore)
+            .map_err(|e| Fail::user(format!("{}: {e}", path.display())))?,
+        None => ParamStore::init(&traced.params, args.seed),
+    };
+    session.bind(&store)?;
+
+    let out = emit::Out::new(args.out_dir.as_deref())?;
+    emit::passes(&out, &session)?;
+    let to_stdout = args.out_dir.is_none() && !emits.is_empty();
+    for &e in &emits {
+        if e != Emit::Stats {
+            emit::write(&out, e, traced, &session, args)?;
+        }
+    }
+
+    let mut run_stats = None;
+    if args.run || args.check || args.save_outputs.is_some() {
+        run_stats = Some(execute(args, traced, &session, &store, to_stdout)?);
+    }
+    if emits.contains(&Emit::Stats) {
+        emit::stats(&out, &session, args, run_stats.as_ref())?;
+    }
+    if let Some(dir) = &args.out_dir {
+        say(format!("wrote {}", dir.display()));
+    }
+    match run_stats.and_then(|r| r.check_failure) {
+        Some(message) => Err(Fail::Check(message)),
+        None => Ok(()),
+    }
+}
+
+/// What a run measured, for the summary and stats.json.
+pub struct RunStats {
+    pub times_ms: Vec<f64>,
+    pub binding: std::collections::BTreeMap<String, usize>,
+    pub errors: Vec<(String, f64, f64)>,
+    pub check_failure: Option<String>,
+}
+
+fn execute(
+    args: &Args,
+    traced: &rustral::frontend::Traced,
+    session: &Session,
+    store: &ParamStore,
+    to_stdout: bool,
+) -> Result<RunStats, Fail> {
+    // The report goes to stdout unless an emit already does.
+    let report = |line: String| {
+        if to_stdout {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    };
+    let (feeds, binding) = run::inputs(&traced.graph, args)?;
+    let refs: Vec<(&str, rustral::runtime::HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let (outputs, times) = session.run_timed(&refs, args.repeat as usize)?;
+    let mut times_ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
+    times_ms.sort_by(f64::total_cmp);
+    let dims: Vec<String> = binding.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if !dims.is_empty() {
+        report(format!("dims: {}", dims.join(", ")));
+    }
+    for (name, t) in &outputs {
+        report(run::summary(name, t));
+    }
+    let (min, median, max) = (times_ms[0], times_ms[times_ms.len() / 2], times_ms[times_ms.len() - 1]);
+    report(format!(
+        "time: min {min:.3} ms, median {median:.3} ms, max {max:.3} ms over {} run(s) after one warm-up",
+        times_ms.len()
+    ));
+    if let Some(dir) = &args.save_outputs {
+        for (name, t) in &outputs {
+            run::save(dir, name, t)?;
+        }
+    }
+    let mut stats = RunStats { times_ms, binding, errors: vec![], check_failure: None };
+    if args.check {
+        let mut all: std::collections::HashMap<String, rustral::runtime::HostTensor> = feeds.into_iter().collect();
+        for (name, v) in store.iter() {
+            let t = rustral::runtime::HostTensor::new(v.dtype, &v.shape, v.data.clone())
+                .map_err(|e| Fail::Internal(format!("parameter {name}: {e}")))?;
+            all.insert(name.clone(), t);
+        }
+        let want = rustral::runtime::reference::evaluate(&traced.graph, &all)?;
+        stats.errors = run::errors(&want, &outputs)?;
+        let mut worst = Vec::new();
+        for (name, abs, rel) in &stats.errors {
+            let ok = *rel <= args.tolerance;
+            report(format!(
+                "check {name}: max abs error {abs:.3e}, max error / (1 + |reference|) {rel:.3e} ({})",
+                if ok { "ok" } else { "BEYOND TOLERANCE" }
+            ));
+            if !ok {
+                worst.push(format!("{name} ({rel:.3e})"));
+            }
+        }
+        if worst.is_empty() {
+            report(format!("check passed: every output within {:e} of the reference interpreter", args.tolerance));
+        } else {
+            stats.check_failure = Some(format!(
+                "{} beyond tolerance {:e} against the reference interpreter",
+                worst.join(", "),
+                args.tolerance
+            ));
+        }
+    }
+    Ok(stats)
+}
+
+fn other_name(t: TargetName) -> &'static str {
+    match t {
+        TargetName::Cpu => "cpu",
+        TargetName::Reference => "reference",
+        TargetName::Wgsl => "wgsl",
+        TargetName::CandleCpu => "candle-cpu",
+        TargetName::CandleCuda => "candle-cuda",
+        TargetName::CandleMetal => "candle-metal",
+    }
+}

@@ -1,0 +1,167 @@
+//! `rustral-compile` as users run it: the shipped model files on every built target with
+//! `--check` (the reference interpreter is the oracle), what each --emit writes, and one clear
+//! message with exit status 1 for each kind of user error. Model files are built in a cache
+//! under cargo's test tmpdir, so only the first test run pays for building their dependencies.
+
+use assert_cmd::Command;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cli() -> Command {
+    let mut c = Command::cargo_bin("rustral-compile").expect("the binary is built");
+    c.current_dir(root()).env("RUSTRAL_CACHE_DIR", Path::new(env!("CARGO_TARGET_TMPDIR")).join("rustral-cache"));
+    c
+}
+
+fn stdout(c: &mut Command) -> String {
+    let out = c.output().expect("runs");
+    assert!(
+        out.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stdout)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// Exit status 1 and a message on stderr containing every one of `needles`.
+fn user_error(c: &mut Command, needles: &[&str]) {
+    let out = c.output().expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "stderr: {stderr}");
+    for n in needles {
+        assert!(stderr.contains(n), "{n:?} not in stderr:\n{stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "a panic: {stderr}");
+}
+
+#[test]
+fn example_model_files_match_the_reference_on_every_target() {
+    for file in ["mlp.rs", "layer_norm.rs", "gpt2_block.rs"] {
+        for target in ["cpu", "reference"] {
+            for level in ["-O0", "-O2"] {
+                let path = format!("models/examples/{file}");
+                let out = stdout(cli().args([&path, "--target", target, level, "--check", "-q"]));
+                assert!(out.contains("check passed"), "{file} {target} {level}:\n{out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn built_in_models_match_the_reference() {
+    for model in ["mlp", "minilm", "gpt2", "llama"] {
+        let out = stdout(cli().args(["--model", model, "--shape", "seq=5", "--check", "-q"]));
+        assert!(out.contains("check passed"), "{model}:\n{out}");
+    }
+}
+
+/// The hand-written LayerNorm becomes one fused `layer_norm` at -O2 and stays primitive at -O0.
+#[test]
+fn opt_ir_shows_the_fused_layer_norm() {
+    let fused = stdout(cli().args(["models/examples/layer_norm.rs", "--emit", "opt-ir", "-q"]));
+    assert!(fused.contains("= layer_norm %0, %1, %2 {eps=1e-5}"), "{fused}");
+    assert!(!fused.contains("reduce_mean"), "{fused}");
+    let plain = stdout(cli().args(["models/examples/layer_norm.rs", "--emit", "opt-ir", "-O0", "-q"]));
+    assert!(plain.contains("reduce_mean") && !plain.contains("layer_norm"), "{plain}");
+}
+
+/// --emit ir of a text IR file is that file's canonical text: it parses back to the same graph.
+#[test]
+fn emitted_ir_parses_back_to_the_input_graph() {
+    let text = stdout(cli().args(["examples/ir/gelu_mlp.rir", "--emit", "ir", "-q"]));
+    let original = std::fs::read_to_string(root().join("examples/ir/gelu_mlp.rir")).unwrap();
+    let a = rustral::ir::parse(&text).expect("emitted IR parses");
+    let b = rustral::ir::parse(&original).unwrap();
+    assert_eq!(rustral::ir::print(&a), rustral::ir::print(&b));
+}
+
+#[test]
+fn out_dir_holds_every_emit_and_the_run_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let emits = "ir,opt-ir,dot,stats,program";
+    stdout(cli().args(["examples/ir/gelu_mlp.rir", "--emit", emits, "-o", d, "--run", "--repeat", "3", "-q"]));
+    for f in ["model.ir", "model.opt.ir", "model.dot", "stats.json", "program.json"] {
+        assert!(dir.path().join(f).is_file(), "{f} missing");
+    }
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+    assert_eq!(stats["run"]["repeat"], 3);
+    assert!(stats["run"]["median_ms"].as_f64().unwrap() > 0.0);
+    assert!(stats["fused"]["gelu"].as_u64().unwrap() >= 1, "{stats}");
+    let program: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("program.json")).unwrap()).unwrap();
+    assert_eq!(program["program"]["kernels"].as_array().unwrap().len() as u64, stats["kernels"].as_u64().unwrap());
+    assert!(std::fs::read_to_string(dir.path().join("model.dot")).unwrap().starts_with("digraph"));
+}
+
+/// Outputs saved as .npy, fed back as an input of another model, and checked there.
+#[test]
+fn npy_inputs_and_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    stdout(cli().args(["models/examples/layer_norm.rs", "--shape", "batch=3", "--save-outputs", d, "-q"]));
+    let saved = dir.path().join("out0.npy");
+    let feed = format!("x={}", saved.display());
+    let out = stdout(cli().args(["models/examples/layer_norm.rs", "--input", &feed, "--check", "-q"]));
+    assert!(out.contains("dims: batch=3, seq=2"), "the input's shape binds the dims:\n{out}");
+    assert!(out.contains("check passed"), "{out}");
+}
+
+#[test]
+fn check_beyond_tolerance_exits_3() {
+    let out = cli().args(["models/examples/gpt2_block.rs", "--check", "--tolerance", "0", "-q"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("beyond tolerance"));
+}
+
+#[test]
+fn user_errors_are_one_clear_message() {
+    user_error(cli().arg("no/such/model.rir"), &["no/such/model.rir: no such file"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.rir");
+    std::fs::write(&bad, "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = frobnicate %0\n}\n").unwrap();
+    user_error(cli().arg(&bad), &["bad.rir:3:16: expected an op name, found 'frobnicate'"]);
+    user_error(
+        cli().args(["examples/ir/gelu_mlp.rir", "--disable-pass", "fuse-magic"]),
+        &["unknown pass \"fuse-magic\"", "valid passes:", "fuse-layer-norm"],
+    );
+    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl"]), &["target wgsl is not available"]);
+    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--emit", "ir,opt-ir"]), &["need -o DIR"]);
+
+    let shape_error = dir.path().join("shape_error.rs");
+    std::fs::write(
+        &shape_error,
+        "use rustral::prelude::*;\n\
+         pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {\n\
+         \x20   let x = ctx.input(\"x\", &[Dim::sym(\"batch\"), Dim::fixed(8)], DType::F32)?;\n\
+         \x20   let y = ctx.scope(\"encoder.layer.0\", |ctx| {\n\
+         \x20       let w = ctx.param(\"weight\", &[Dim::fixed(4), Dim::fixed(3)], Init::Zeros)?;\n\
+         \x20       x.matmul(&w)\n\
+         \x20   })?;\n\
+         \x20   Ok(vec![y])\n\
+         }\n",
+    )
+    .unwrap();
+    user_error(
+        cli().arg(&shape_error).arg("-q"),
+        &["tracing failed: type error in `matmul` at encoder.layer.0", "f32[batch, 8], f32[4, 3]"],
+    );
+
+    let broken = dir.path().join("broken.rs");
+    std::fs::write(
+        &broken,
+        "use rustral::prelude::*;\n\
+         pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {\n\
+         \x20   let x = ctx.input(\"x\", &[Dim::fixed(8)], DType::F32)?\n\
+         \x20   Ok(vec![x])\n\
+         }\n",
+    )
+    .unwrap();
+    // Cargo's own message, pointing into the user's file.
+    user_error(cli().arg(&broken).arg("-q"), &["expected `;`", "broken.rs:3:", "the model file does not build"]);
+}
