@@ -1,8 +1,15 @@
-//! Benchmarks. For now: graphs of real model shapes for the compile-time bench of the passes
-//! (`cargo bench -p rustral-bench --bench compile_time`). Target benches and the pass-ablation
-//! harness arrive with their issues.
+//! Benchmarks: the workloads (`workloads`), compiled and ready to run (`prepare`), the
+//! ablation harness (`ablate`, one manifest per run, `manifest`), its statistics (`stats`) and
+//! the report over a folder of manifests (`report`). The criterion benches in `benches/`
+//! share the workloads; `cargo run --release -p rustral-bench -- ablate|report` is the harness.
 
 #![deny(missing_docs)]
+
+pub mod ablate;
+pub mod manifest;
+pub mod report;
+pub mod stats;
+pub mod workloads;
 
 use rustral_frontend::{TraceOptions, trace};
 use rustral_ir::Graph;
@@ -52,8 +59,19 @@ pub struct Prepared {
 
 /// Compile and bind `traced` (see `Prepared`). Integer inputs get ids below `vocab`.
 pub fn prepare(traced: &Traced, level: OptLevel, threads: usize, sizes: &[(&str, usize)], vocab: usize) -> Prepared {
+    prepare_with(traced, PassManager::new(level).verify_each(false), threads, sizes, vocab)
+}
+
+/// As `prepare`, with a pass pipeline of the caller's (passes switched off, say).
+pub fn prepare_with(
+    traced: &Traced,
+    pm: PassManager,
+    threads: usize,
+    sizes: &[(&str, usize)],
+    vocab: usize,
+) -> Prepared {
     let mut g = traced.graph.clone();
-    PassManager::new(level).verify_each(false).run(&mut g).expect("compiles");
+    pm.run(&mut g).expect("compiles");
     let mut program = CpuProgram::new(lower(&g).expect("lowers"), threads).expect("thread pool");
     let store = ParamStore::init(&traced.params, 1);
     let params: HashMap<String, HostTensor> = store

@@ -17,7 +17,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
     }
     let f = |i: usize| args.get(i).and_then(|s| s.f32().map(|v| (v, s.shape())));
     match op {
-        Op::Unary(u) => Some(map(f(0)?.0, |v| unary(*u, v))),
+        Op::Unary(u) => Some(map_unary(*u, f(0)?.0)),
         Op::Gelu { approx: GeluApprox::Erf } => Some(map(f(0)?.0, gelu_erf)),
         Op::Gelu { approx: GeluApprox::Tanh } => Some(map(f(0)?.0, gelu_tanh)),
         Op::Silu => Some(map(f(0)?.0, |v| v / (1.0 + simd::exp(-v)))),
@@ -28,6 +28,14 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         }
         Op::Binary(b) if !b.is_comparison() => {
             let (x, y) = (f(0)?, f(1)?);
+            if jit {
+                // A one-node body: the JIT's broadcast-aware vector loop, compiled once per op.
+                let body =
+                    ElementwiseExpr { nodes: vec![ExprNode::Arg(0), ExprNode::Arg(1), ExprNode::Binary(*b, 0, 1)] };
+                if let Ok(v) = super::jit::run(&body, &[x, y], out) {
+                    return Some(v);
+                }
+            }
             Some(rows(out, &[x, y], |r, i| binary(*b, r[0].at(i), r[1].at(i))))
         }
         Op::Where => {
@@ -75,6 +83,24 @@ const BLOCK: usize = 1 << 15;
 /// `f` over a slice, in parallel blocks, vectorised.
 fn map(x: &[f32], f: impl Fn(f32) -> f32 + Copy + Sync) -> Vec<f32> {
     filled(x.len(), BLOCK, |start, o| simd::map(&x[start..start + o.len()], o, f))
+}
+
+/// A unary op over a slice, the op chosen outside the loop so that each loop vectorises (the
+/// same expressions as `unary`, so the same bits).
+fn map_unary(u: UnaryOp, x: &[f32]) -> Vec<f32> {
+    match u {
+        UnaryOp::Neg => map(x, |v| -v),
+        UnaryOp::Abs => map(x, f32::abs),
+        UnaryOp::Exp => map(x, simd::exp),
+        UnaryOp::Sqrt => map(x, f32::sqrt),
+        UnaryOp::Rsqrt => map(x, |v| 1.0 / v.sqrt()),
+        UnaryOp::Recip => map(x, |v| 1.0 / v),
+        UnaryOp::Tanh => map(x, simd::tanh),
+        UnaryOp::Sigmoid => map(x, sigmoid),
+        UnaryOp::Relu => map(x, relu),
+        UnaryOp::Erf => map(x, simd::erf),
+        UnaryOp::Log | UnaryOp::Sin | UnaryOp::Cos => map(x, move |v| unary(u, v)),
+    }
 }
 
 /// `n` values written by `fill(first_index, chunk)` over disjoint chunks of `chunk` values in
@@ -158,6 +184,9 @@ pub(super) fn binary(b: BinaryOp, x: f32, y: f32) -> f32 {
         BinaryOp::Sub => x - y,
         BinaryOp::Mul => x * y,
         BinaryOp::Div => x / y,
+        // Squares and cubes (GELU's `x^3`) as products, which the JIT inlines the same way.
+        BinaryOp::Pow if y == 2.0 => x * x,
+        BinaryOp::Pow if y == 3.0 => x * x * x,
         BinaryOp::Pow => x.powf(y),
         BinaryOp::Max => {
             if x.is_nan() || y.is_nan() {
@@ -430,7 +459,11 @@ fn softmax(x: &[f32], width: usize) -> Vec<f32> {
 simd::multiversion! {
     /// Softmax of consecutive rows of `width`.
     fn softmax_rows(o: &mut [MaybeUninit<f32>], x: &[f32], width: usize) {
-        o.chunks_mut(width).zip(x.chunks(width)).for_each(|(o, row)| softmax_row(row, o))
+        // A `for` loop, not `for_each`: the latter's `fold` is a separate function that is
+        // not compiled with this copy's target features.
+        for (o, row) in o.chunks_mut(width).zip(x.chunks(width)) {
+            softmax_row(row, o);
+        }
     }
 }
 

@@ -105,6 +105,12 @@ impl CpuProgram {
         &self.program
     }
 
+    /// Kernels launched per run: those that read only parameters and constants ran once when
+    /// the parameters were bound.
+    pub fn dispatches(&self) -> usize {
+        self.program.kernels.len() - self.precomputed.len()
+    }
+
     /// Threads used.
     pub fn threads(&self) -> usize {
         self.threads

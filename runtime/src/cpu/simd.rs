@@ -167,7 +167,15 @@ pub fn max(xs: &[f32]) -> f32 {
             acc[i] = step(acc[i], c[i]);
         }
     }
-    acc.iter().chain(rest).fold(f32::NEG_INFINITY, |m, &v| step(m, v))
+    // Halve the lanes with vector steps, then a short scalar tail.
+    let mut half = ACC / 2;
+    while half >= 8 {
+        for i in 0..half {
+            acc[i] = step(acc[i], acc[i + half]);
+        }
+        half /= 2;
+    }
+    acc[..8].iter().chain(rest).fold(f32::NEG_INFINITY, |m, &v| step(m, v))
 }
 
 /// The lanes' total, pairwise (vector adds, then a short tail).

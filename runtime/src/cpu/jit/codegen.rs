@@ -118,6 +118,12 @@ pub(super) fn emit(
                     let x = e.as_float(values[x]);
                     V::F(e.unary(u, x))
                 }
+                // `x^2` and `x^3` by a constant exponent: products, as `kernels::binary` computes them.
+                ExprNode::Binary(BinaryOp::Pow, x, y) if small_power(&body.nodes[y]).is_some() => {
+                    let x = e.as_float(values[x]);
+                    let sq = e.mul(x, x);
+                    V::F(if small_power(&body.nodes[y]) == Some(3) { e.mul(sq, x) } else { sq })
+                }
                 ExprNode::Binary(op, x, y) => {
                     let (x, y) = (e.as_float(values[x]), e.as_float(values[y]));
                     e.binary(op, x, y)
@@ -435,6 +441,15 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
             BinaryOp::Gt => cmp(FloatCC::GreaterThan, self),
             BinaryOp::Ge => cmp(FloatCC::GreaterThanOrEqual, self),
         }
+    }
+}
+
+/// 2 or 3 when `node` is that constant exponent.
+fn small_power(node: &ExprNode) -> Option<u8> {
+    match node {
+        ExprNode::Const { value, .. } if value.0 == 2.0 => Some(2),
+        ExprNode::Const { value, .. } if value.0 == 3.0 => Some(3),
+        _ => None,
     }
 }
 

@@ -165,3 +165,26 @@ proptest! {
         }
     }
 }
+
+/// `x^2` and `x^3` by constant exponents are inlined products: the interpreter's bits, and the
+/// reference's powers within an ulp or two.
+#[test]
+fn constant_squares_and_cubes() {
+    for k in [2.0, 3.0, 2.5] {
+        let b = body(vec![
+            ExprNode::Arg(0),
+            ExprNode::Const { value: F64(k), dtype: DType::F32 },
+            ExprNode::Binary(BinaryOp::Pow, 0, 1),
+        ]);
+        let got = run(&b, &[(&SPECIAL, &[SPECIAL.len()])], &[SPECIAL.len()]).expect("compiles");
+        for (&x, &g) in SPECIAL.iter().zip(&got) {
+            let want = binary(BinaryOp::Pow, x, k as f32);
+            assert!(same(g, want, false), "{x}^{k}: jit {g}, interpreter {want}");
+            let exact = (x as f64).powf(k) as f32 as f64;
+            assert!(
+                (g.is_nan() && exact.is_nan()) || g as f64 == exact || ((g as f64 - exact) / exact).abs() < 4e-7,
+                "{x}^{k}: {g} vs {exact}"
+            );
+        }
+    }
+}

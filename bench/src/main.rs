@@ -1,0 +1,117 @@
+//! `rustral-bench`: the pass-ablation harness.
+//!
+//! `cargo run --release -p rustral-bench -- ablate [--models ...] [--targets cpu] [--repeats N]`
+//! runs the matrix workload x target x pass set and writes one validated manifest per run;
+//! `cargo run --release -p rustral-bench -- report DIR` turns a folder of manifests into
+//! `report.md` and SVG charts.
+
+use clap::{Parser, Subcommand};
+use rustral_bench::{ablate, manifest, report, workloads};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "rustral-bench", about = "Pass ablations: what each pass buys, measured and recorded")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the ablation matrix and write one manifest per run.
+    Ablate {
+        /// Workloads (default: all): layer_norm, softmax, gelu_tanh, attention,
+        /// elementwise_chain, gemm_1024, gpt2_block, minilm_l6.
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+        /// Targets (only `cpu` is built).
+        #[arg(long, value_delimiter = ',', default_values_t = ["cpu".to_string()])]
+        targets: Vec<String>,
+        /// Timed runs per manifest (more for short runs: at least 200 ms of timing).
+        #[arg(long, default_value_t = 10)]
+        repeats: usize,
+        /// Threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Where manifests go.
+        #[arg(short, long, default_value = "bench/results/manifests")]
+        out: PathBuf,
+    },
+    /// Render report.md and the charts from a folder of manifests.
+    Report {
+        /// The manifests.
+        dir: PathBuf,
+        /// Where the report goes (default: beside the manifests' folder).
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Ablate { models, targets, repeats, threads, out } => {
+            let chosen: Vec<workloads::Workload> = if models.is_empty() {
+                workloads::all()
+            } else {
+                models
+                    .iter()
+                    .map(|m| {
+                        workloads::by_name(m).ok_or_else(|| {
+                            let known: Vec<&str> = workloads::all().iter().map(|w| w.name).collect();
+                            format!("unknown workload {m:?}; known: {}", known.join(", "))
+                        })
+                    })
+                    .collect::<Result<_, _>>()?
+            };
+            if let Some(t) = targets.iter().find(|t| t.as_str() != "cpu") {
+                return Err(format!("target {t:?} is not built (only cpu)"));
+            }
+            let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let start = Instant::now();
+            let sets = ablate::pass_sets();
+            for w in &chosen {
+                for target in &targets {
+                    for set in &sets {
+                        let m = ablate::measure(w, set, threads, repeats, 200.0)?;
+                        let file = out.join(format!("{}__{}__{}t__{}.json", w.name, target, threads, set.label));
+                        manifest::write(&m, &file)?;
+                        eprintln!(
+                            "{:>20} {:>6} {}t {:<26} median {:>10.3} ms  (95% CI {:.3}..{:.3}, n={}, {} kernels)",
+                            w.name,
+                            target,
+                            threads,
+                            set.label,
+                            m.stats.median_ms,
+                            m.stats.ci95_ms[0],
+                            m.stats.ci95_ms[1],
+                            m.stats.n,
+                            m.program.kernels
+                        );
+                    }
+                }
+            }
+            eprintln!("ablation done in {:.1} s; manifests in {}", start.elapsed().as_secs_f64(), out.display());
+            Ok(())
+        }
+        Command::Report { dir, out } => {
+            let manifests = report::load(&dir)?;
+            let out = out.unwrap_or_else(|| dir.parent().map_or_else(|| dir.clone(), |p| p.to_path_buf()));
+            report::render(&manifests, &out)?;
+            eprintln!("{} manifests -> {}", manifests.len(), out.join("report.md").display());
+            Ok(())
+        }
+    }
+}

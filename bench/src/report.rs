@@ -1,0 +1,294 @@
+//! The report over a folder of manifests: a Markdown file with what each pass buys per
+//! workload and target, how op-level speedups transfer to models (with the share of model time
+//! per op kind that explains it), and the comparison with PyTorch where its manifests are
+//! present; one SVG bar chart per workload.
+
+use crate::manifest::{self, Manifest};
+use crate::workloads;
+use plotters::prelude::*;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Read every `*.json` manifest in `dir` (each validated), sorted by file name.
+pub fn load(dir: &Path) -> Result<Vec<Manifest>, String> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+            manifest::validate(&value).map_err(|e| format!("{} does not validate:\n{e}", f.display()))?;
+            serde_json::from_value(value).map_err(|e| format!("{}: {e}", f.display()))
+        })
+        .collect()
+}
+
+/// Runs keyed by (workload, target, threads), then by pipeline label.
+type Grouped<'a> = BTreeMap<(String, String, usize), BTreeMap<String, &'a Manifest>>;
+
+fn group(ms: &[Manifest]) -> Grouped<'_> {
+    let mut g: Grouped<'_> = BTreeMap::new();
+    for m in ms {
+        g.entry((m.workload.name.clone(), m.target.clone(), m.threads))
+            .or_default()
+            .insert(m.pipeline.label.clone(), m);
+    }
+    g
+}
+
+fn median(runs: &BTreeMap<String, &Manifest>, label: &str) -> Option<f64> {
+    runs.get(label).map(|m| m.stats.median_ms)
+}
+
+/// Write `report.md` and the charts into `out`; returns the Markdown.
+pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let groups = group(ms);
+    let mut md = String::new();
+    let first = ms.first().ok_or("no manifests")?;
+    let _ = writeln!(md, "# Pass ablation report\n");
+    let _ = writeln!(
+        md,
+        "Machine: {} ({} logical cores, {:.0} GiB), {}. Build: git {}{}, {}. Medians of each run's timings; \
+         a pass \"buys\" t(O2 without it) / t(O2).\n",
+        first.machine.cpu_model,
+        first.machine.cores,
+        first.machine.memory_bytes as f64 / (1u64 << 30) as f64,
+        first.machine.os,
+        &first.build.git_sha[..first.build.git_sha.len().min(10)],
+        if first.build.git_dirty { " (dirty)" } else { "" },
+        first.build.rustc
+    );
+
+    let _ = writeln!(md, "## What each pass buys\n");
+    let _ = writeln!(
+        md,
+        "| workload | target | threads | O0 ms | O2 ms | O0 / O2 | kernels O0 / O2 | {} |",
+        short_names().join(" | ")
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|{}", "---|".repeat(short_names().len()));
+    for ((name, target, threads), runs) in &groups {
+        let Some(o2) = median(runs, "O2") else { continue };
+        let o0 = median(runs, "O0");
+        let kernels = |l: &str| runs.get(l).map_or("-".into(), |m| m.program.kernels.to_string());
+        let mut row = format!(
+            "| {name} | {target} | {threads} | {} | {o2:.3} | {} | {} / {} |",
+            o0.map_or("-".into(), |v| format!("{v:.3}")),
+            o0.map_or("-".into(), |v| format!("{:.2}x", v / o2)),
+            kernels("O0"),
+            kernels("O2")
+        );
+        let mut bars: Vec<(String, f64)> = Vec::new();
+        if let Some(v) = o0 {
+            bars.push(("all fusion (O0 -> O2)".into(), v / o2));
+        }
+        for p in crate::ablate::FUSION_PASSES {
+            match median(runs, &format!("O2-{p}")) {
+                Some(v) => {
+                    let same = same_program(runs[&format!("O2-{p}")], runs["O2"]);
+                    let _ = write!(row, " {:.2}x{} |", v / o2, if same { "=" } else { "" });
+                    if !same {
+                        bars.push((p.trim_start_matches("fuse-").into(), v / o2));
+                    }
+                }
+                None => row.push_str(" - |"),
+            }
+        }
+        let _ = writeln!(md, "{row}");
+        let file = format!("speedup_{name}_{target}_{threads}t.svg");
+        chart(&out.join(&file), &format!("{name} on {target}, {threads} threads: what each pass buys"), &bars)?;
+    }
+    let _ = writeln!(
+        md,
+        "\n`=`: switching the pass off left the program's kernels unchanged (the pass found nothing to fuse, \
+         or another pass fused the same ops), so the ratio is noise.\n"
+    );
+    for ((name, target, threads), runs) in &groups {
+        if runs.contains_key("O2") {
+            let _ = writeln!(md, "![{name}](speedup_{name}_{target}_{threads}t.svg)");
+        }
+    }
+
+    transfer(&mut md, &groups);
+    shares(&mut md, &groups);
+    versus_torch(&mut md, &groups);
+    std::fs::write(out.join("report.md"), &md).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(md)
+}
+
+/// Same kernel count and the same op kinds: the pass changed nothing.
+fn same_program(a: &Manifest, b: &Manifest) -> bool {
+    a.program.kernels == b.program.kernels && a.kernel_ms_by_op.keys().eq(b.kernel_ms_by_op.keys())
+}
+
+fn short_names() -> Vec<String> {
+    crate::ablate::FUSION_PASSES.iter().map(|p| format!("-{}", p.trim_start_matches("fuse-"))).collect()
+}
+
+/// The op kind each fusion pass produces, as kernels name it.
+fn produced_by(pass: &str) -> &'static str {
+    match pass {
+        "fuse-layer-norm" => "layer_norm",
+        "fuse-rms-norm" => "rms_norm",
+        "fuse-softmax" => "softmax",
+        "fuse-attention" => "attention",
+        "fuse-gelu" => "gelu",
+        "fuse-silu" => "silu",
+        "fuse-matmul-epilogue" => "matmul_epilogue",
+        _ => "fused_elementwise",
+    }
+}
+
+/// Operator-to-task transfer: an op's fusion speedup measured alone against the same fusion's
+/// speedup inside a model, and the share of model time that bounds what it can buy there.
+fn transfer(md: &mut String, groups: &Grouped<'_>) {
+    let _ = writeln!(md, "\n## Operator-to-task transfer\n");
+    let _ = writeln!(
+        md,
+        "For each fusion pass: the speedup it buys on its op alone (t(op, O2 without it) / t(op, O2)); inside the \
+         model, the time of the kernels it makes at O2 (`fused ms`) and what the same work costs without it \
+         (`unfused ms` = t(model without it) - (t(model, O2) - fused ms)), their ratio (the in-model op speedup), \
+         the share of the unfused model's time that work takes, and the model speedup: Amdahl's law from that \
+         share with the alone-speedup, then measured. Where the pass's op sits inside another fused kernel (GELU \
+         in a matmul epilogue) `fused ms` is not separable and shows as -.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| model | target | threads | pass | op alone | fused ms | unfused ms | op in model | share | predicted | measured |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for ((model, target, threads), runs) in groups {
+        if runs.values().next().is_none_or(|m| m.workload.kind != workloads::Kind::Model) {
+            continue;
+        }
+        for w in workloads::all().iter().filter(|w| w.kind == workloads::Kind::Op) {
+            let Some(pass) = w.fused_by else { continue };
+            let Some(op_runs) = groups.get(&(w.name.to_string(), target.clone(), *threads)) else { continue };
+            let label = format!("O2-{pass}");
+            let (Some(op_o2), Some(op_off), Some(m_o2), Some(m_off)) =
+                (median(op_runs, "O2"), median(op_runs, &label), median(runs, "O2"), median(runs, &label))
+            else {
+                continue;
+            };
+            if same_program(runs[&label], runs["O2"]) {
+                continue;
+            }
+            let alone = op_off / op_o2;
+            let fused = runs["O2"].kernel_ms_by_op.get(produced_by(pass)).copied().unwrap_or(0.0);
+            let unfused = (m_off - (m_o2 - fused)).max(0.0);
+            let share = (unfused / m_off).clamp(0.0, 1.0);
+            let predicted = 1.0 / ((1.0 - share) + share / alone);
+            let (fused_s, in_model) = if fused > 0.0 {
+                (format!("{fused:.2}"), format!("{:.2}x", unfused / fused))
+            } else {
+                ("-".into(), "-".into())
+            };
+            let _ = writeln!(
+                md,
+                "| {model} | {target} | {threads} | {pass} | {alone:.2}x | {fused_s} | {unfused:.2} | {in_model} | {:.1}% | \
+                 {predicted:.2}x | {:.2}x |",
+                share * 100.0,
+                m_off / m_o2
+            );
+        }
+    }
+}
+
+/// Share of model time per op kind at O2 (from each run's profiled run).
+fn shares(md: &mut String, groups: &Grouped<'_>) {
+    let _ = writeln!(md, "\n## Where model time goes (O2, per op kind)\n");
+    for ((model, target, threads), runs) in groups {
+        let Some(m) = runs.get("O2").filter(|m| m.workload.kind == workloads::Kind::Model) else { continue };
+        if m.kernel_ms_by_op.is_empty() {
+            continue;
+        }
+        let total: f64 = m.kernel_ms_by_op.values().sum();
+        let mut kinds: Vec<(&String, &f64)> = m.kernel_ms_by_op.iter().collect();
+        kinds.sort_by(|a, b| b.1.total_cmp(a.1));
+        let parts: Vec<String> = kinds.iter().map(|(k, v)| format!("{k} {:.1}%", **v / total * 100.0)).collect();
+        let _ = writeln!(md, "- {model} on {target}, {threads} threads ({total:.1} ms profiled): {}", parts.join(", "));
+    }
+}
+
+/// Rustral's O2 against PyTorch where manifests from bench/python are present.
+fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
+    let mut rows = Vec::new();
+    for ((name, target, threads), runs) in groups {
+        if target != "cpu" {
+            continue;
+        }
+        let Some(ours) = median(runs, "O2") else { continue };
+        for other in ["torch-eager", "torch-compile"] {
+            if let Some(theirs) =
+                groups.get(&(name.clone(), other.to_string(), *threads)).and_then(|r| r.values().next())
+            {
+                let t = theirs.stats.median_ms;
+                rows.push(format!("| {name} | {threads} | {ours:.3} | {other} | {t:.3} | {:.2}x |", t / ours));
+            }
+        }
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\n## Against PyTorch (same machine, same session)\n");
+    let _ = writeln!(md, "| workload | threads | Rustral O2 ms | PyTorch | PyTorch ms | PyTorch / Rustral |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|");
+    for r in rows {
+        let _ = writeln!(md, "{r}");
+    }
+}
+
+/// A bar chart of speedups (1.0 drawn as the baseline).
+fn chart(path: &Path, title: &str, bars: &[(String, f64)]) -> Result<(), String> {
+    let fail = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let root = SVGBackend::new(path, (760, 420)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| fail(&e))?;
+    let top = bars.iter().map(|b| b.1).fold(1.0f64, f64::max) * 1.15;
+    let n = bars.len().max(1);
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((0..n).into_segmented(), 0f64..top)
+        .map_err(|e| fail(&e))?;
+    let labels: Vec<String> = bars.iter().map(|b| b.0.clone()).collect();
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n + 1)
+        .x_label_formatter(&|x| match x {
+            SegmentValue::CenterOf(i) => labels.get(*i).cloned().unwrap_or_default(),
+            _ => String::new(),
+        })
+        .y_desc("speedup (x)")
+        .draw()
+        .map_err(|e| fail(&e))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+            let color = if i == 0 { RGBColor(230, 126, 34) } else { RGBColor(52, 101, 164) };
+            let mut bar =
+                Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), *v)], color.filled());
+            bar.set_margin(0, 0, 12, 12);
+            bar
+        }))
+        .map_err(|e| fail(&e))?;
+    chart
+        .draw_series(bars.iter().enumerate().map(|(i, (_, v))| {
+            Text::new(format!("{v:.2}x"), (SegmentValue::CenterOf(i), *v + top * 0.03), ("sans-serif", 13))
+        }))
+        .map_err(|e| fail(&e))?;
+    chart
+        .draw_series(std::iter::once(PathElement::new(
+            vec![(SegmentValue::Exact(0), 1.0), (SegmentValue::Exact(n), 1.0)],
+            BLACK,
+        )))
+        .map_err(|e| fail(&e))?;
+    root.present().map_err(|e| fail(&e))
+}

@@ -1,0 +1,192 @@
+//! The benchmark workloads, shared by the criterion benches and the ablation harness: single
+//! ops at the shapes and two models. Each is traced with inference settings; symbolic
+//! dims get their sizes from `sizes`.
+
+use rustral_frontend::nn::{
+    Activation, Dropout, Gpt2Block, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection, gelu,
+};
+use rustral_frontend::{DType, Dim, ForwardCtx, Init, Result, Tensor, TraceOptions, Traced, trace, trace_named};
+use rustral_models::{Bert, BertConfig};
+
+/// An op or a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A single op (or a small fused chain).
+    Op,
+    /// A whole model.
+    Model,
+}
+
+/// A named workload.
+pub struct Workload {
+    /// Short name (`layer_norm`, `minilm_l6`, ...): manifests and reports key on it.
+    pub name: &'static str,
+    /// Op or model.
+    pub kind: Kind,
+    /// What and at which shape, for reports.
+    pub description: &'static str,
+    /// The fusion pass that makes this op's fused form (op workloads), for the transfer table.
+    pub fused_by: Option<&'static str>,
+    /// Traces it.
+    pub trace: fn() -> Traced,
+    /// Sizes of its symbolic dims.
+    pub sizes: &'static [(&'static str, usize)],
+}
+
+/// Every workload, ops first.
+pub fn all() -> Vec<Workload> {
+    let op = |name, description, fused_by, trace| Workload {
+        name,
+        kind: Kind::Op,
+        description,
+        fused_by: Some(fused_by),
+        trace,
+        sizes: &[],
+    };
+    vec![
+        op("layer_norm", "LayerNorm [8,128,768]", "fuse-layer-norm", layer_norm as fn() -> Traced),
+        op("softmax", "softmax [8,12,128,128], last axis", "fuse-softmax", softmax),
+        op("gelu_tanh", "GELU tanh [8,128,3072]", "fuse-gelu", gelu_tanh),
+        op("attention", "causal attention [8,12,128,64]", "fuse-attention", attention),
+        op("elementwise_chain", "tanh(0.75x + b) x + 0.5x^2, [8,128,3072]", "fuse-elementwise", elementwise_chain),
+        op("gemm_1024", "matmul 1024x1024x1024 + bias + GELU", "fuse-matmul-epilogue", gemm_epilogue),
+        Workload {
+            name: "gpt2_block",
+            kind: Kind::Model,
+            description: "GPT-2-small block forward, batch 8 x seq 128",
+            fused_by: None,
+            trace: gpt2_block,
+            sizes: &[],
+        },
+        Workload {
+            name: "minilm_l6",
+            kind: Kind::Model,
+            description: "MiniLM-L6 forward + mean pooling, batch 8 x seq 128",
+            fused_by: None,
+            trace: minilm,
+            sizes: &[("batch", 8), ("seq", 128)],
+        },
+    ]
+}
+
+/// The workload called `name`.
+pub fn by_name(name: &str) -> Option<Workload> {
+    all().into_iter().find(|w| w.name == name)
+}
+
+fn input(ctx: &mut ForwardCtx, dims: &[usize]) -> Result<Tensor> {
+    let dims: Vec<Dim> = dims.iter().map(|&d| Dim::fixed(d)).collect();
+    ctx.input("x", &dims, DType::F32)
+}
+
+fn traced(f: impl FnOnce(&mut ForwardCtx) -> Result<Vec<Tensor>>) -> Traced {
+    trace(TraceOptions::default(), f).expect("benchmark workloads trace")
+}
+
+/// LayerNorm [8,128,768] as the frontend traces it (primitives).
+pub fn layer_norm() -> Traced {
+    traced(|ctx| {
+        let x = input(ctx, &[8, 128, 768])?;
+        Ok(vec![LayerNorm::new("ln", 768, 1e-5).forward(ctx, &x)?])
+    })
+}
+
+/// Softmax over the last axis of attention-score-shaped data.
+pub fn softmax() -> Traced {
+    traced(|ctx| Ok(vec![input(ctx, &[8, 12, 128, 128])?.softmax(-1)?]))
+}
+
+/// GELU, tanh form, [8,128,3072].
+pub fn gelu_tanh() -> Traced {
+    traced(|ctx| Ok(vec![gelu(&input(ctx, &[8, 128, 3072])?, true)?]))
+}
+
+/// Causal attention `softmax(q k^T / 8 + causal) v` on [8,12,128,64] heads.
+pub fn attention() -> Traced {
+    traced(|ctx| {
+        let dims = [Dim::fixed(8), Dim::fixed(12), Dim::fixed(128), Dim::fixed(64)];
+        let q = ctx.input("q", &dims, DType::F32)?;
+        let k = ctx.input("k", &dims, DType::F32)?;
+        let v = ctx.input("v", &dims, DType::F32)?;
+        let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(0.125)?;
+        let rows = ctx.iota(&[Dim::fixed(128), Dim::fixed(1)], 0, DType::I64)?;
+        let cols = ctx.iota(&[Dim::fixed(1), Dim::fixed(128)], 1, DType::I64)?;
+        let hidden = ctx.scalar(f64::from(f32::MIN), DType::F32)?;
+        Ok(vec![cols.le(&rows)?.select(&scores, &hidden)?.softmax(-1)?.matmul(&v)?])
+    })
+}
+
+/// `tanh(x * 0.75 + b) * x + 0.5 * x^2` with `b` a [3072] parameter: no named pattern, so the
+/// passes make it one `fused_elementwise` with a row-broadcast operand.
+pub fn elementwise_chain() -> Traced {
+    traced(|ctx| {
+        let x = input(ctx, &[8, 128, 3072])?;
+        let b = ctx.param("b", &[Dim::fixed(3072)], Init::Normal { std: 0.1 })?;
+        let t = x.mul_scalar(0.75)?.add(&b)?.tanh()?.mul(&x)?;
+        Ok(vec![t.add(&x.square()?.mul_scalar(0.5)?)?])
+    })
+}
+
+/// A 1024^3 matmul with a bias and GELU (the matmul-epilogue pattern).
+pub fn gemm_epilogue() -> Traced {
+    traced(|ctx| {
+        let a = input(ctx, &[1024, 1024])?;
+        let w = ctx.param("w", &[Dim::fixed(1024), Dim::fixed(1024)], Init::Normal { std: 0.03 })?;
+        let b = ctx.param("b", &[Dim::fixed(1024)], Init::Zeros)?;
+        Ok(vec![gelu(&a.matmul(&w)?.add(&b)?, true)?])
+    })
+}
+
+/// A plain 1024^3 matmul of two inputs (the GEMM bar).
+pub fn gemm(n: usize) -> Traced {
+    traced(|ctx| {
+        let a = ctx.input("a", &[Dim::fixed(n), Dim::fixed(n)], DType::F32)?;
+        let b = ctx.input("b", &[Dim::fixed(n), Dim::fixed(n)], DType::F32)?;
+        Ok(vec![a.matmul(&b)?])
+    })
+}
+
+/// One GPT-2-small block (pre-LN, causal attention, GELU MLP), batch 8 x seq 128.
+pub fn gpt2_block() -> Traced {
+    let d = 768;
+    let block = Gpt2Block {
+        ln_1: LayerNorm::new("ln_1", d, 1e-5),
+        attn: MultiHeadAttention {
+            name: "attn".into(),
+            n_heads: 12,
+            n_kv_heads: 12,
+            head_dim: 64,
+            qkv: QkvProjection::Fused(Linear::conv1d("c_attn", d, 3 * d)),
+            out: Linear::conv1d("c_proj", d, d),
+            rope: None,
+            causal: true,
+            divide_scores: true,
+            dropout: Dropout { p: 0.0 },
+        },
+        ln_2: LayerNorm::new("ln_2", d, 1e-5),
+        mlp: Mlp {
+            name: "mlp".into(),
+            up: Linear::conv1d("c_fc", d, 4 * d),
+            act: Activation::GeluTanh,
+            down: Linear::conv1d("c_proj", 4 * d, d),
+        },
+        dropout: Dropout { p: 0.0 },
+    };
+    traced(|ctx| {
+        let x = input(ctx, &[8, 128, d])?;
+        Ok(vec![ctx.scope("h.0", |ctx| block.forward(ctx, &x))?])
+    })
+}
+
+/// MiniLM-L6 (all-MiniLM-L6-v2's config) with mean pooling; symbolic batch and seq.
+pub fn minilm() -> Traced {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/minilm/model_files/config.json");
+    let model = Bert { config: BertConfig::from_file(std::path::Path::new(path)).expect("MiniLM config") };
+    trace_named(TraceOptions::default(), |ctx| {
+        let (ids, types, mask) = model.inputs(ctx)?;
+        let h = model.forward(ctx, &ids, &types, &mask)?;
+        Ok(vec![("embeddings".into(), model.sentence_embedding(ctx, &h, &mask)?)])
+    })
+    .expect("MiniLM traces")
+}
