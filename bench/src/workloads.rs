@@ -2,11 +2,9 @@
 //! ops at the shapes and two models. Each is traced with inference settings; symbolic
 //! dims get their sizes from `sizes`.
 
-use rustral_frontend::nn::{
-    Activation, Dropout, Gpt2Block, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection, gelu,
-};
+use rustral_frontend::nn::{LayerNorm, Module, gelu};
 use rustral_frontend::{DType, Dim, ForwardCtx, Init, Result, Tensor, TraceOptions, Traced, trace, trace_named};
-use rustral_models::{Bert, BertConfig};
+use rustral_models::{Bert, BertConfig, Gpt2Config};
 
 /// An op or a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -149,32 +147,9 @@ pub fn gemm(n: usize) -> Traced {
 
 /// One GPT-2-small block (pre-LN, causal attention, GELU MLP), batch 8 x seq 128.
 pub fn gpt2_block() -> Traced {
-    let d = 768;
-    let block = Gpt2Block {
-        ln_1: LayerNorm::new("ln_1", d, 1e-5),
-        attn: MultiHeadAttention {
-            name: "attn".into(),
-            n_heads: 12,
-            n_kv_heads: 12,
-            head_dim: 64,
-            qkv: QkvProjection::Fused(Linear::conv1d("c_attn", d, 3 * d)),
-            out: Linear::conv1d("c_proj", d, d),
-            rope: None,
-            causal: true,
-            divide_scores: true,
-            dropout: Dropout { p: 0.0 },
-        },
-        ln_2: LayerNorm::new("ln_2", d, 1e-5),
-        mlp: Mlp {
-            name: "mlp".into(),
-            up: Linear::conv1d("c_fc", d, 4 * d),
-            act: Activation::GeluTanh,
-            down: Linear::conv1d("c_proj", 4 * d, d),
-        },
-        dropout: Dropout { p: 0.0 },
-    };
+    let block = Gpt2Config::small(1).block().expect("GPT-2 small's activation is known");
     traced(|ctx| {
-        let x = input(ctx, &[8, 128, d])?;
+        let x = input(ctx, &[8, 128, 768])?;
         Ok(vec![ctx.scope("h.0", |ctx| block.forward(ctx, &x))?])
     })
 }

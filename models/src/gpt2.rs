@@ -46,6 +46,58 @@ impl Gpt2Config {
         read_json(path)
     }
 
+    /// GPT-2 small's shape (width 768, 12 heads, vocab 50257, 1024 positions, GELU tanh) with
+    /// `layers` blocks and no dropout.
+    pub fn small(layers: usize) -> Gpt2Config {
+        Gpt2Config {
+            vocab_size: 50257,
+            n_embd: 768,
+            n_layer: layers,
+            n_head: 12,
+            n_positions: 1024,
+            n_inner: None,
+            layer_norm_epsilon: 1e-5,
+            activation_function: "gelu_new".into(),
+            resid_pdrop: 0.0,
+            embd_pdrop: 0.0,
+            attn_pdrop: 0.0,
+        }
+    }
+
+    /// One block of this config (trace it under the scope `h.{i}` for checkpoint names).
+    pub fn block(&self) -> Result<Gpt2Block> {
+        let d = self.n_embd;
+        let act = Activation::from_hf(&self.activation_function).ok_or_else(|| rustral_frontend::Error::Argument {
+            op: "gpt2".into(),
+            path: String::new(),
+            message: format!("unsupported activation_function {:?}", self.activation_function),
+        })?;
+        let inner = self.n_inner.unwrap_or(4 * d);
+        Ok(Gpt2Block {
+            ln_1: LayerNorm::new("ln_1", d, self.layer_norm_epsilon),
+            attn: MultiHeadAttention {
+                name: "attn".into(),
+                n_heads: self.n_head,
+                n_kv_heads: self.n_head,
+                head_dim: d / self.n_head,
+                qkv: QkvProjection::Fused(Linear::conv1d("c_attn", d, 3 * d)),
+                out: Linear::conv1d("c_proj", d, d),
+                rope: None,
+                causal: true,
+                divide_scores: true,
+                dropout: Dropout { p: self.attn_pdrop },
+            },
+            ln_2: LayerNorm::new("ln_2", d, self.layer_norm_epsilon),
+            mlp: Mlp {
+                name: "mlp".into(),
+                up: Linear::conv1d("c_fc", d, inner),
+                act,
+                down: Linear::conv1d("c_proj", inner, d),
+            },
+            dropout: Dropout { p: self.resid_pdrop },
+        })
+    }
+
     /// A small config for tests and snapshots.
     pub fn tiny(layers: usize) -> Gpt2Config {
         Gpt2Config {
@@ -81,11 +133,7 @@ impl Gpt2 {
     pub fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
         let c = &self.config;
         let d = c.n_embd;
-        let act = Activation::from_hf(&c.activation_function).ok_or_else(|| rustral_frontend::Error::Argument {
-            op: "gpt2".into(),
-            path: String::new(),
-            message: format!("unsupported activation_function {:?}", c.activation_function),
-        })?;
+        let block = c.block()?;
         let (wte, h) = ctx.scope("transformer", |ctx| {
             let wte = Embedding::new("wte", c.vocab_size, d).weight(ctx)?;
             let tokens = ctx.scope("wte", |_| wte.gather(ids, 0))?;
@@ -96,29 +144,6 @@ impl Gpt2 {
             })?;
             let mut h = Dropout { p: c.embd_pdrop }.forward(ctx, &tokens.add(&positions)?)?;
             for i in 0..c.n_layer {
-                let block = Gpt2Block {
-                    ln_1: LayerNorm::new("ln_1", d, c.layer_norm_epsilon),
-                    attn: MultiHeadAttention {
-                        name: "attn".into(),
-                        n_heads: c.n_head,
-                        n_kv_heads: c.n_head,
-                        head_dim: d / c.n_head,
-                        qkv: QkvProjection::Fused(Linear::conv1d("c_attn", d, 3 * d)),
-                        out: Linear::conv1d("c_proj", d, d),
-                        rope: None,
-                        causal: true,
-                        divide_scores: true,
-                        dropout: Dropout { p: c.attn_pdrop },
-                    },
-                    ln_2: LayerNorm::new("ln_2", d, c.layer_norm_epsilon),
-                    mlp: Mlp {
-                        name: "mlp".into(),
-                        up: Linear::conv1d("c_fc", d, c.n_inner.unwrap_or(4 * d)),
-                        act,
-                        down: Linear::conv1d("c_proj", c.n_inner.unwrap_or(4 * d), d),
-                    },
-                    dropout: Dropout { p: c.resid_pdrop },
-                };
                 h = ctx.scope(&format!("h.{i}"), |ctx| block.forward(ctx, &h))?;
             }
             let h = LayerNorm::new("ln_f", d, c.layer_norm_epsilon).forward(ctx, &h)?;
