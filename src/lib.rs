@@ -46,6 +46,10 @@ pub enum Error {
     #[cfg(feature = "compiler")]
     #[error(transparent)]
     Cpu(#[from] rustral_runtime::cpu::CpuError),
+    /// The Candle target failed.
+    #[cfg(feature = "candle")]
+    #[error(transparent)]
+    Candle(#[from] rustral_runtime::candle::CandleError),
 }
 
 /// Rustral's result type; model files return `rustral::Result<Vec<Tensor>>`.

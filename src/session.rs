@@ -13,12 +13,24 @@ use rustral_runtime::cpu::{CpuProgram, Elementwise, KernelTime, Outputs, Storage
 use std::collections::HashMap;
 
 /// Where a program runs. Model code never names one; choosing it is this one argument.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Target {
     /// The reference interpreter (f64, slow, the oracle).
     Reference,
     /// The CPU target.
     Cpu,
+    /// candle-core calls on a candle device (`Device::Cpu`; CUDA and Metal with the `cuda`
+    /// and `metal` features).
+    #[cfg(feature = "candle")]
+    Candle(rustral_runtime::candle::Device),
+}
+
+/// The compiled program of whichever target.
+enum Backend {
+    Reference,
+    Cpu(CpuProgram),
+    #[cfg(feature = "candle")]
+    Candle(rustral_runtime::candle::CandleProgram),
 }
 
 /// How to compile.
@@ -53,7 +65,7 @@ impl Default for CompileOptions {
 pub struct Session {
     graph: Graph,
     stats: CompileStats,
-    cpu: Option<CpuProgram>,
+    backend: Backend,
     params: HashMap<String, HostTensor>,
     dumps: Vec<(&'static str, String)>,
 }
@@ -67,15 +79,17 @@ impl Session {
         }
         let mut g = graph.clone();
         let compiled = pm.dump_each(options.dump_each).run(&mut g)?;
-        let cpu = match target {
+        let backend = match target {
             Target::Cpu => {
                 let mut program = CpuProgram::new(lower(&g)?, options.threads)?;
                 program.set_elementwise(options.elementwise);
-                Some(program)
+                Backend::Cpu(program)
             }
-            Target::Reference => None,
+            Target::Reference => Backend::Reference,
+            #[cfg(feature = "candle")]
+            Target::Candle(device) => Backend::Candle(rustral_runtime::candle::CandleProgram::new(lower(&g)?, device)),
         };
-        Ok(Session { graph: g, stats: compiled.stats, cpu, params: HashMap::new(), dumps: compiled.dumps })
+        Ok(Session { graph: g, stats: compiled.stats, backend, params: HashMap::new(), dumps: compiled.dumps })
     }
 
     /// `(pass, IR text)` after each pass that ran, when compiled with `dump_each`.
@@ -83,9 +97,26 @@ impl Session {
         &self.dumps
     }
 
-    /// The lowered program (CPU target only).
+    /// The lowered program (not on the reference target).
     pub fn program(&self) -> Option<&Program> {
-        self.cpu.as_ref().map(|c| c.program())
+        match &self.backend {
+            Backend::Cpu(c) => Some(c.program()),
+            #[cfg(feature = "candle")]
+            Backend::Candle(c) => Some(c.program()),
+            Backend::Reference => None,
+        }
+    }
+
+    /// On the Candle target: op counts by how they lowered (`native`: candle's own kernels,
+    /// `decomposed`: several candle calls, `host`: the reference on the host).
+    #[cfg(feature = "candle")]
+    pub fn candle_report(
+        &self,
+    ) -> Option<std::collections::BTreeMap<&'static str, std::collections::BTreeMap<String, usize>>> {
+        match &self.backend {
+            Backend::Candle(c) => Some(c.report()),
+            _ => None,
+        }
     }
 
     /// The optimised graph.
@@ -106,8 +137,11 @@ impl Session {
                 .map_err(|e| rustral_frontend::Error::Param { name: name.clone(), message: e.to_string() })?;
             params.insert(name.clone(), t);
         }
-        if let Some(cpu) = &mut self.cpu {
-            cpu.bind_params(&params)?;
+        match &mut self.backend {
+            Backend::Cpu(cpu) => cpu.bind_params(&params)?,
+            #[cfg(feature = "candle")]
+            Backend::Candle(c) => c.bind_params(&params)?,
+            Backend::Reference => {}
         }
         self.params = params;
         Ok(())
@@ -116,9 +150,11 @@ impl Session {
     /// Run on named inputs; outputs in order.
     pub fn run(&self, inputs: &[(&str, HostTensor)]) -> Result<Vec<(String, HostTensor)>> {
         let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
-        match &self.cpu {
-            Some(cpu) => Ok(cpu.run(&inputs)?),
-            None => {
+        match &self.backend {
+            Backend::Cpu(cpu) => Ok(cpu.run(&inputs)?),
+            #[cfg(feature = "candle")]
+            Backend::Candle(c) => Ok(c.run(&inputs)?),
+            Backend::Reference => {
                 let mut feeds = self.params.clone();
                 feeds.extend(inputs);
                 Ok(rustral_runtime::reference::evaluate(&self.graph, &feeds)?)
@@ -128,15 +164,15 @@ impl Session {
 
     /// Run `1 + repeat` times (one warm-up run, then `repeat` timed runs) and return the last
     /// outputs with the timed runs' wall times. On the CPU target inputs are converted once,
-    /// outside the timing; on the reference target each time is a whole evaluation.
+    /// outside the timing; elsewhere each time is a whole run, uploads and downloads included.
     pub fn run_timed(
         &self,
         inputs: &[(&str, HostTensor)],
         repeat: usize,
     ) -> Result<(Outputs, Vec<std::time::Duration>)> {
         let mut times = Vec::with_capacity(repeat);
-        match &self.cpu {
-            Some(cpu) => {
+        match &self.backend {
+            Backend::Cpu(cpu) => {
                 let storage: HashMap<String, Storage> =
                     inputs.iter().map(|(n, t)| (n.to_string(), Storage::from_host(t.clone()))).collect();
                 let mut out = cpu.run_storage(&storage)?;
@@ -147,7 +183,7 @@ impl Session {
                 }
                 Ok((out.into_iter().map(|(n, s)| (n, s.to_host())).collect(), times))
             }
-            None => {
+            _ => {
                 let mut out = self.run(inputs)?;
                 for _ in 0..repeat {
                     let start = std::time::Instant::now();
@@ -161,7 +197,7 @@ impl Session {
 
     /// Run on the CPU target and time every kernel (None on the reference target).
     pub fn profile(&self, inputs: &[(&str, HostTensor)]) -> Result<Option<Vec<KernelTime>>> {
-        let Some(cpu) = &self.cpu else { return Ok(None) };
+        let Backend::Cpu(cpu) = &self.backend else { return Ok(None) };
         let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
         Ok(Some(cpu.run_profiled(&inputs)?.1))
     }

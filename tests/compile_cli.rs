@@ -41,7 +41,7 @@ fn user_error(c: &mut Command, needles: &[&str]) {
 #[test]
 fn example_model_files_match_the_reference_on_every_target() {
     for file in ["mlp.rs", "layer_norm.rs", "gpt2_block.rs"] {
-        for target in ["cpu", "reference"] {
+        for target in ["cpu", "reference", "candle-cpu"] {
             for level in ["-O0", "-O2"] {
                 let path = format!("models/examples/{file}");
                 let out = stdout(cli().args([&path, "--target", target, level, "--check", "-q"]));
@@ -97,6 +97,12 @@ fn out_dir_holds_every_emit_and_the_run_timings() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("program.json")).unwrap()).unwrap();
     assert_eq!(program["program"]["kernels"].as_array().unwrap().len() as u64, stats["kernels"].as_u64().unwrap());
     assert!(std::fs::read_to_string(dir.path().join("model.dot")).unwrap().starts_with("digraph"));
+
+    // On the Candle target, stats.json says which ops used candle's own kernels.
+    stdout(cli().args(["models/examples/layer_norm.rs", "--target", "candle-cpu", "--emit", "stats", "-o", d, "-q"]));
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+    assert_eq!(stats["candle"]["native"]["layer_norm"], 1, "{stats}");
 }
 
 /// Outputs saved as .npy, fed back as an input of another model, and checked there.
@@ -131,6 +137,8 @@ fn user_errors_are_one_clear_message() {
         &["unknown pass \"fuse-magic\"", "valid passes:", "fuse-layer-norm"],
     );
     user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl"]), &["target wgsl is not available"]);
+    #[cfg(not(feature = "cuda"))]
+    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "candle-cuda"]), &["the `cuda` cargo feature"]);
     user_error(cli().args(["examples/ir/gelu_mlp.rir", "--emit", "ir,opt-ir"]), &["need -o DIR"]);
 
     let shape_error = dir.path().join("shape_error.rs");

@@ -99,14 +99,16 @@ fn models() -> Vec<(&'static str, Traced)> {
     ]
 }
 
-/// Tolerance: 1e-4 absolute + 1e-4 relative on every output value.
+/// On the CPU target and the Candle target's CPU device. Tolerance: 1e-4 absolute + 1e-4
+/// relative on every output value.
 #[test]
 fn every_model_matches_the_reference_at_o0_and_o2_for_two_bindings() {
-    for (name, t) in models() {
+    let targets = [Target::Cpu, Target::Candle(rustral::runtime::candle::Device::Cpu)];
+    for (target, (name, t)) in targets.iter().flat_map(|target| models().into_iter().map(move |m| (target, m))) {
         let store = ParamStore::init(&t.params, 5);
         for level in [OptLevel::O0, OptLevel::O2] {
             let options = CompileOptions { level, threads: 2, ..CompileOptions::default() };
-            let mut s = Session::compile(&t.graph, Target::Cpu, &options).unwrap();
+            let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
             s.bind(&store).unwrap();
             for (batch, seq) in [(2, 5), (1, 7)] {
                 let feeds = inputs(&t.graph, batch, seq, 50);
@@ -114,7 +116,7 @@ fn every_model_matches_the_reference_at_o0_and_o2_for_two_bindings() {
                 let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
                 let got = s.run(&refs).unwrap();
                 let err = max_error(&want, &got, 1e-4, 1e-4);
-                println!("{name} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
+                println!("{name} on {target:?} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
             }
         }
     }
@@ -175,16 +177,23 @@ proptest! {
         let params: HashMap<String, HostTensor> = g.params().into_iter().map(|(n, _)| (n.clone(), all[&n].clone())).collect();
         let store_free: Vec<(&str, HostTensor)> =
             feeds.iter().filter(|(n, _)| !params.contains_key(n)).map(|(n, v)| (n.as_str(), v.clone())).collect();
-        let modes = [(OptLevel::O0, Elementwise::Jit), (OptLevel::O2, Elementwise::Jit), (OptLevel::O2, Elementwise::Interpreted)];
-        for (level, elementwise) in modes {
+        let candle = || Target::Candle(rustral::runtime::candle::Device::Cpu);
+        let modes = [
+            (Target::Cpu, OptLevel::O0, Elementwise::Jit),
+            (Target::Cpu, OptLevel::O2, Elementwise::Jit),
+            (Target::Cpu, OptLevel::O2, Elementwise::Interpreted),
+            (candle(), OptLevel::O0, Elementwise::Jit),
+            (candle(), OptLevel::O2, Elementwise::Jit),
+        ];
+        for (target, level, elementwise) in modes {
             let mut store = ParamStore::default();
             for (n, v) in &params {
                 store.insert(n, rustral::frontend::ParamValue { dtype: v.dtype, shape: v.shape().to_vec(), data: v.to_vec() });
             }
             let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
-            let mut s = Session::compile(&t.graph, Target::Cpu, &options).unwrap();
+            let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
             s.bind(&store).unwrap();
-            let got = s.run(&store_free).unwrap();
+            let got = s.run(&store_free).unwrap_or_else(|e| panic!("{target:?} {level:?}: {e}"));
             max_error(&want, &got, 1e-3, 1e-3);
         }
     }

@@ -3,7 +3,10 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "candle")]
+pub mod candle;
 pub mod cpu;
+mod feeds;
 pub mod reference;
 mod tensor;
 

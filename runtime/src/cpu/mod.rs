@@ -14,7 +14,7 @@ mod storage;
 
 use crate::reference::{EvalError, Place, concrete};
 use crate::tensor::HostTensor;
-use rustral_ir::{Dim, Op};
+use rustral_ir::Op;
 use rustral_lowering::{BufferKind, Program};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -122,7 +122,7 @@ impl CpuProgram {
             if let BufferKind::Param(name) = &buf.kind {
                 let value =
                     params.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
-                check_type(name, &buf.ty, value, &mut BTreeMap::new())?;
+                crate::feeds::check(name, &buf.ty, value.dtype, value.shape(), &mut BTreeMap::new())?;
                 self.params.insert(b, Storage::from_host(value.clone()));
             }
         }
@@ -244,7 +244,7 @@ impl CpuProgram {
                         .params
                         .get(&b)
                         .ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
-                    bind_dims(name, &buf.ty.shape.0, v.shape(), &mut binding)?;
+                    crate::feeds::bind_dims(name, &buf.ty.shape.0, v.shape(), &mut binding)?;
                 }
                 _ => {}
             }
@@ -347,69 +347,5 @@ fn check_storage(
         Storage::F32(..) => rustral_ir::DType::F32,
         Storage::Wide(t) => t.dtype,
     };
-    check(name, ty, dtype, v.shape(), binding)
-}
-
-fn check_type(
-    name: &str,
-    ty: &rustral_ir::TensorType,
-    v: &HostTensor,
-    binding: &mut BTreeMap<String, usize>,
-) -> Result<(), EvalError> {
-    check(name, ty, v.dtype, v.shape(), binding)
-}
-
-/// A fed value's dtype and rank must match; its dims bind the symbols (a conflict is
-/// reported as such, any other mismatch names the declared type).
-fn check(
-    name: &str,
-    ty: &rustral_ir::TensorType,
-    dtype: rustral_ir::DType,
-    shape: &[usize],
-    binding: &mut BTreeMap<String, usize>,
-) -> Result<(), EvalError> {
-    let mismatch =
-        || EvalError::FeedMismatch { name: name.into(), expected: ty.to_string(), found: format!("{dtype}{shape:?}") };
-    if dtype != ty.dtype || shape.len() != ty.rank() {
-        return Err(mismatch());
-    }
-    bind_dims(name, &ty.shape.0, shape, binding).map_err(|e| match e {
-        EvalError::FeedMismatch { .. } => mismatch(),
-        other => other,
-    })
-}
-
-fn bind_dims(
-    name: &str,
-    dims: &[Dim],
-    shape: &[usize],
-    binding: &mut BTreeMap<String, usize>,
-) -> Result<(), EvalError> {
-    for (d, &n) in dims.iter().zip(shape) {
-        match d {
-            Dim::Static(s) if *s != n => {
-                return Err(EvalError::FeedMismatch {
-                    name: name.into(),
-                    expected: format!("{dims:?}"),
-                    found: format!("{shape:?}"),
-                });
-            }
-            Dim::Sym(sym) => {
-                if let Some(&first) = binding.get(sym) {
-                    if first != n {
-                        return Err(EvalError::SymbolConflict {
-                            sym: sym.clone(),
-                            first,
-                            second: n,
-                            name: name.into(),
-                        });
-                    }
-                } else {
-                    binding.insert(sym.clone(), n);
-                }
-            }
-            Dim::Static(_) => {}
-        }
-    }
-    Ok(())
+    crate::feeds::check(name, ty, dtype, v.shape(), binding)
 }

@@ -88,6 +88,10 @@ pub fn stats(out: &Out, session: &Session, args: &Args, run: Option<&RunStats>) 
     if let Some(program) = session.program() {
         value["kernels"] = json!(program.kernels.len());
     }
+    #[cfg(feature = "candle")]
+    if let Some(report) = session.candle_report() {
+        value["candle"] = json!(report);
+    }
     if let Some(r) = run {
         let n = r.times_ms.len();
         value["run"] = json!({

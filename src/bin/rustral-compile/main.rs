@@ -34,16 +34,7 @@ fn main() -> ExitCode {
 }
 
 fn compile(args: &Args) -> Result<(), Fail> {
-    let target = match args.target {
-        TargetName::Cpu => Target::Cpu,
-        TargetName::Reference => Target::Reference,
-        other => {
-            let name = other_name(other);
-            return Err(Fail::user(format!(
-                "target {name} is not available: this Rustral has no {name} target yet (only cpu and reference)"
-            )));
-        }
-    };
+    let target = target(args.target)?;
     if args.emit.contains(&Emit::Wgsl) {
         return Err(Fail::user("--emit wgsl needs the WGSL target, which this Rustral does not have yet"));
     }
@@ -201,6 +192,41 @@ fn execute(
         }
     }
     Ok(stats)
+}
+
+/// The session target for a name, or which cargo feature would build it.
+fn target(t: TargetName) -> Result<Target, Fail> {
+    let missing = |feature: &str| {
+        Fail::user(format!(
+            "target {} is not built into this rustral-compile: reinstall with the `{feature}` cargo feature \
+             (cargo install --path . --features {feature})",
+            other_name(t)
+        ))
+    };
+    let device_fail = |e: String| Fail::user(format!("target {}: no device: {e}", other_name(t)));
+    // Which of the two a build uses depends on its features.
+    let _ = (&missing, &device_fail);
+    match t {
+        TargetName::Cpu => Ok(Target::Cpu),
+        TargetName::Reference => Ok(Target::Reference),
+        #[cfg(feature = "candle")]
+        TargetName::CandleCpu => Ok(Target::Candle(rustral::runtime::candle::Device::Cpu)),
+        #[cfg(not(feature = "candle"))]
+        TargetName::CandleCpu => Err(missing("candle")),
+        #[cfg(feature = "cuda")]
+        TargetName::CandleCuda => {
+            rustral::runtime::candle::Device::new_cuda(0).map(Target::Candle).map_err(|e| device_fail(e.to_string()))
+        }
+        #[cfg(not(feature = "cuda"))]
+        TargetName::CandleCuda => Err(missing("cuda")),
+        #[cfg(feature = "metal")]
+        TargetName::CandleMetal => {
+            rustral::runtime::candle::Device::new_metal(0).map(Target::Candle).map_err(|e| device_fail(e.to_string()))
+        }
+        #[cfg(not(feature = "metal"))]
+        TargetName::CandleMetal => Err(missing("metal")),
+        TargetName::Wgsl => Err(Fail::user("target wgsl is not available: this Rustral has no WGSL target yet")),
+    }
 }
 
 fn other_name(t: TargetName) -> &'static str {

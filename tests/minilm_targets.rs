@@ -1,5 +1,6 @@
-//! all-MiniLM-L6-v2 with its real weights on the CPU target at O2, against
-//! sentence-transformers' embeddings (`../shared/fixtures/minilm`), tolerance 1e-4 absolute.
+//! all-MiniLM-L6-v2 with its real weights on the CPU and Candle (CPU device) targets at O0 and
+//! O2, against sentence-transformers' embeddings (`../shared/fixtures/minilm`), tolerance 1e-4
+//! absolute.
 
 use rustral::frontend::{ParamStore, TraceOptions, trace_named};
 use rustral::models::{Bert, BertConfig, find_minilm_dir};
@@ -15,7 +16,7 @@ fn rows(v: &serde_json::Value) -> Vec<f64> {
 }
 
 #[test]
-fn minilm_embeddings_on_cpu_match_sentence_transformers() {
+fn minilm_embeddings_on_every_target_match_sentence_transformers() {
     let dir = find_minilm_dir().unwrap_or_else(|e| panic!("{e}"));
     let model = Bert { config: BertConfig::from_file(&dir.join("config.json")).unwrap() };
     let traced = trace_named(TraceOptions::default(), |ctx| {
@@ -26,9 +27,6 @@ fn minilm_embeddings_on_cpu_match_sentence_transformers() {
     .unwrap();
     let store =
         ParamStore::load_safetensors(&dir.join("model.safetensors"), &traced.params, model.unused_weights()).unwrap();
-    let mut session = Session::compile(&traced.graph, Target::Cpu, &CompileOptions::default()).unwrap();
-    assert_eq!(session.stats().fused["attention"], 6);
-    session.bind(&store).unwrap();
     let tokens: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("tokens.json")).unwrap()).unwrap();
     let (b, s) = (6, 13);
@@ -37,11 +35,22 @@ fn minilm_embeddings_on_cpu_match_sentence_transformers() {
         ("token_type_ids", HostTensor::new(DType::I64, &[b, s], rows(&tokens["token_type_ids"])).unwrap()),
         ("attention_mask", HostTensor::new(DType::F32, &[b, s], rows(&tokens["attention_mask"])).unwrap()),
     ];
-    let got = session.run(&inputs).unwrap().remove(0).1.to_vec();
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("embeddings.json")).unwrap()).unwrap();
     let want = rows(&want["embeddings"]);
-    let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
-    println!("minilm on cpu (O2): max abs error {err:.2e} against sentence-transformers (7 significant digits)");
-    assert!(err < 1e-4, "{err}");
+    let targets = [("cpu", Target::Cpu), ("candle-cpu", Target::Candle(rustral::runtime::candle::Device::Cpu))];
+    for (name, target) in targets {
+        for level in [OptLevel::O0, OptLevel::O2] {
+            let options = CompileOptions { level, ..CompileOptions::default() };
+            let mut session = Session::compile(&traced.graph, target.clone(), &options).unwrap();
+            if level == OptLevel::O2 {
+                assert_eq!(session.stats().fused["attention"], 6);
+            }
+            session.bind(&store).unwrap();
+            let got = session.run(&inputs).unwrap().remove(0).1.to_vec();
+            let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
+            println!("minilm on {name} ({level:?}): max abs error {err:.2e} against sentence-transformers");
+            assert!(err < 1e-4, "{name} {level:?}: {err}");
+        }
+    }
 }

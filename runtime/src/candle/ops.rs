@@ -1,0 +1,289 @@
+//! Each IR op as candle calls. Candle's own fused kernels are used where it has them
+//! (`candle_nn::ops::{layer_norm, rms_norm, softmax_last_dim}` and its GELU/SiLU unary
+//! kernels); other fused ops are decomposed into candle primitives; what candle cannot express
+//! with the IR's meaning (integer division, which candle does not check for zero; powers of
+//! other bases than squares and cubes) returns `None` and runs on the host reference.
+
+use candle_core::{D, DType as CDType, Device, Tensor};
+use rustral_ir::{Activation, BinaryOp, DType, ElementwiseExpr, ExprNode, GeluApprox, Op, ReduceOp, UnaryOp};
+
+/// How an op ran: a candle kernel of the same meaning, several candle calls, or the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Lowering {
+    /// One candle kernel (a primitive, or candle's fused LayerNorm/RMSNorm/softmax/GELU/SiLU).
+    Native,
+    /// A decomposition into candle primitives (attention, matmul epilogues, fused bodies, ...).
+    Decomposed,
+    /// The reference implementation on the host, then uploaded.
+    Host,
+}
+
+/// What `op` lowers to, before running it (for reports; `run` may still fall back to the host).
+pub fn lowering(op: &Op, operands: usize) -> Lowering {
+    match op {
+        Op::LayerNorm { .. } if operands == 3 => Lowering::Native,
+        Op::RmsNorm { .. } if operands == 2 => Lowering::Native,
+        Op::LayerNorm { .. } | Op::RmsNorm { .. } => Lowering::Decomposed,
+        Op::Softmax { .. } | Op::Gelu { .. } | Op::Silu => Lowering::Native,
+        Op::Attention { .. } | Op::MatMulEpilogue { .. } | Op::FusedElementwise { .. } => Lowering::Decomposed,
+        Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => Lowering::Host,
+        _ => Lowering::Native,
+    }
+}
+
+/// The candle dtype holding an IR dtype (bools as u8).
+pub fn candle_dtype(d: DType) -> CDType {
+    match d {
+        DType::F16 => CDType::F16,
+        DType::BF16 => CDType::BF16,
+        DType::F32 => CDType::F32,
+        DType::F64 => CDType::F64,
+        DType::I32 => CDType::I32,
+        DType::I64 => CDType::I64,
+        DType::Bool => CDType::U8,
+    }
+}
+
+type R<T> = candle_core::Result<T>;
+
+/// Run `op` on `args` into a tensor of `out` (the bound output shape) and `dtype`, or None
+/// when it must run on the host.
+pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device) -> R<Option<Tensor>> {
+    let float = dtype.is_float();
+    let t = match op {
+        Op::Unary(u) => unary(*u, args[0])?,
+        Op::Binary(BinaryOp::Div) if !float && !args[0].dtype().is_float() => return Ok(None),
+        Op::Binary(BinaryOp::Pow) if !float => return Ok(None),
+        Op::Binary(BinaryOp::Pow) => match small_power(args[1])? {
+            Some(2) => args[0].sqr()?.broadcast_as(out)?,
+            Some(3) => args[0].sqr()?.mul(args[0])?.broadcast_as(out)?,
+            _ => return Ok(None),
+        },
+        Op::Binary(b) => binary(*b, args[0], args[1])?,
+        Op::Where => select(args[0], args[1], args[2], out)?,
+        // Widening casts into f32/f64 only: float-to-int and narrowing float casts round NaN
+        // and halfway cases differently from the IR's definition, so they run on the host.
+        Op::Cast { to: to @ (DType::F32 | DType::F64) } if widening(args[0].dtype(), *to) => {
+            args[0].to_dtype(candle_dtype(*to))?
+        }
+        Op::Cast { .. } => return Ok(None),
+        Op::Reduce { op: r, axes, .. } => reduce(*r, args[0], axes)?.reshape(out)?,
+        Op::MatMul => args[0].contiguous()?.broadcast_matmul(&args[1].contiguous()?)?,
+        Op::Reshape { .. } => args[0].reshape(out)?,
+        Op::Permute { perm } => args[0].permute(perm.as_slice())?,
+        Op::BroadcastTo { .. } => args[0].broadcast_as(out)?,
+        Op::Slice { axis, start, .. } => args[0].narrow(*axis, *start, out[*axis])?,
+        Op::Concat { axis } => Tensor::cat(args, *axis)?,
+        Op::Gather { axis } => {
+            let ids = args[1].flatten_all()?.to_dtype(CDType::I64)?;
+            args[0].contiguous()?.index_select(&ids, *axis)?.reshape(out)?
+        }
+        Op::LayerNorm { eps } if args.len() == 3 && float => {
+            candle_nn::ops::layer_norm(&args[0].contiguous()?, args[1], args[2], eps.0 as f32)?
+        }
+        Op::LayerNorm { eps } => norm(args, eps.0, true)?,
+        Op::RmsNorm { eps } if args.len() == 2 && float => {
+            candle_nn::ops::rms_norm(&args[0].contiguous()?, args[1], eps.0 as f32)?
+        }
+        Op::RmsNorm { eps } => norm(args, eps.0, false)?,
+        Op::Softmax { axis } if *axis + 1 == out.len() => candle_nn::ops::softmax_last_dim(&args[0].contiguous()?)?,
+        Op::Softmax { axis } => candle_nn::ops::softmax(args[0], *axis)?,
+        Op::Gelu { approx: GeluApprox::Erf } => args[0].gelu_erf()?,
+        Op::Gelu { approx: GeluApprox::Tanh } => args[0].gelu()?,
+        Op::Silu => args[0].silu()?,
+        Op::Attention { scale, causal } => attention(args, scale.0, *causal, dev)?,
+        Op::MatMulEpilogue { activation } => {
+            let y = args[0].contiguous()?.broadcast_matmul(&args[1].contiguous()?)?;
+            let y = match args.get(2) {
+                Some(bias) => y.broadcast_add(bias)?,
+                None => y,
+            };
+            activate(*activation, &y)?
+        }
+        Op::FusedElementwise { body } => match fused(body, args, out, dev)? {
+            Some(t) => t,
+            None => return Ok(None),
+        },
+        _ => return Ok(None),
+    };
+    let t = if t.dtype() == candle_dtype(dtype) { t } else { t.to_dtype(candle_dtype(dtype))? };
+    Ok(Some(t))
+}
+
+/// Float tensors only: candle's unary kernels panic (`todo!`) on integers.
+fn unary(u: UnaryOp, x: &Tensor) -> R<Tensor> {
+    if !x.dtype().is_float() {
+        candle_core::bail!("candle has no integer {u:?}");
+    }
+    match u {
+        UnaryOp::Neg => x.neg(),
+        UnaryOp::Abs => x.abs(),
+        UnaryOp::Exp => x.exp(),
+        UnaryOp::Log => x.log(),
+        UnaryOp::Sqrt => x.sqrt(),
+        UnaryOp::Rsqrt => x.sqrt()?.recip(),
+        UnaryOp::Recip => x.recip(),
+        UnaryOp::Tanh => x.tanh(),
+        UnaryOp::Sigmoid => candle_nn::ops::sigmoid(x),
+        UnaryOp::Relu => keep_nan(x, &x.relu()?),
+        UnaryOp::Erf => x.erf(),
+        UnaryOp::Sin => x.sin(),
+        UnaryOp::Cos => x.cos(),
+    }
+}
+
+fn binary(b: BinaryOp, x: &Tensor, y: &Tensor) -> R<Tensor> {
+    match b {
+        BinaryOp::Add => x.broadcast_add(y),
+        BinaryOp::Sub => x.broadcast_sub(y),
+        BinaryOp::Mul => x.broadcast_mul(y),
+        BinaryOp::Div => x.broadcast_div(y),
+        BinaryOp::Max => nan_if_either(x, y, &x.broadcast_maximum(y)?),
+        BinaryOp::Min => nan_if_either(x, y, &x.broadcast_minimum(y)?),
+        BinaryOp::Eq => x.broadcast_eq(y),
+        BinaryOp::Ne => x.broadcast_ne(y),
+        BinaryOp::Lt => x.broadcast_lt(y),
+        BinaryOp::Le => x.broadcast_le(y),
+        BinaryOp::Gt => x.broadcast_gt(y),
+        BinaryOp::Ge => x.broadcast_ge(y),
+        BinaryOp::Pow => candle_core::bail!("pow is lowered by its exponent"),
+    }
+}
+
+/// A cast candle does exactly as the IR defines it: into f32 or f64 from a type with no more
+/// precision (bools and integers included).
+fn widening(from: CDType, to: DType) -> bool {
+    match to {
+        DType::F64 => true,
+        _ => from != CDType::F64,
+    }
+}
+
+/// `x` where it is NaN, else `y` (candle's relu and maximum drop NaN; the IR keeps it).
+fn keep_nan(x: &Tensor, y: &Tensor) -> R<Tensor> {
+    x.ne(x)?.where_cond(x, y)
+}
+
+/// NaN where `x` or `y` is NaN, else `r` (broadcast to `r`'s shape).
+fn nan_if_either(x: &Tensor, y: &Tensor, r: &Tensor) -> R<Tensor> {
+    if !r.dtype().is_float() {
+        return Ok(r.clone());
+    }
+    let nan = x.ne(x)?.broadcast_maximum(&y.ne(y)?)?.broadcast_as(r.shape())?;
+    nan.where_cond(&nan_like(r)?, r)
+}
+
+fn nan_like(t: &Tensor) -> R<Tensor> {
+    Tensor::new(f32::NAN, t.device())?.to_dtype(t.dtype())?.broadcast_as(t.shape())
+}
+
+/// 2 or 3 when `exponent` is one value equal to it.
+fn small_power(exponent: &Tensor) -> R<Option<u8>> {
+    if exponent.elem_count() != 1 {
+        return Ok(None);
+    }
+    let e = exponent.flatten_all()?.to_dtype(CDType::F64)?.to_vec1::<f64>()?[0];
+    Ok(if e == 2.0 {
+        Some(2)
+    } else if e == 3.0 {
+        Some(3)
+    } else {
+        None
+    })
+}
+
+fn select(cond: &Tensor, a: &Tensor, b: &Tensor, out: &[usize]) -> R<Tensor> {
+    let cond = if cond.dtype() == CDType::U8 { cond.clone() } else { cond.ne(0.0)? };
+    cond.broadcast_as(out)?.where_cond(&a.broadcast_as(out)?, &b.broadcast_as(out)?)
+}
+
+fn reduce(r: ReduceOp, x: &Tensor, axes: &[usize]) -> R<Tensor> {
+    match r {
+        ReduceOp::Sum => x.sum_keepdim(axes),
+        ReduceOp::Mean => x.mean_keepdim(axes),
+        ReduceOp::Max | ReduceOp::Min => {
+            let mut y = x.clone();
+            for &a in axes {
+                y = if r == ReduceOp::Max { y.max_keepdim(a)? } else { y.min_keepdim(a)? };
+            }
+            if !x.dtype().is_float() {
+                return Ok(y);
+            }
+            // The IR's max and min are NaN when any value is; candle's skip NaN.
+            let nans = x.ne(x)?.to_dtype(CDType::F32)?.sum_keepdim(axes)?.gt(0.0)?;
+            nans.where_cond(&nan_like(&y)?, &y)
+        }
+    }
+}
+
+/// LayerNorm (`center`) or RMSNorm over the last axis from primitives, with the optional
+/// scale and shift.
+fn norm(args: &[&Tensor], eps: f64, center: bool) -> R<Tensor> {
+    let x = args[0];
+    let xc = if center { x.broadcast_sub(&x.mean_keepdim(D::Minus1)?)? } else { x.clone() };
+    let var = xc.sqr()?.mean_keepdim(D::Minus1)?;
+    let mut y = xc.broadcast_div(&(var + eps)?.sqrt()?)?;
+    if let Some(g) = args.get(1) {
+        y = y.broadcast_mul(g)?;
+    }
+    if let Some(b) = args.get(2) {
+        y = y.broadcast_add(b)?;
+    }
+    Ok(y)
+}
+
+/// `softmax(q k^T * scale + mask) v` with hidden causal keys set to -inf before the softmax.
+fn attention(args: &[&Tensor], scale: f64, causal: bool, dev: &Device) -> R<Tensor> {
+    let (q, k, v) = (args[0].contiguous()?, args[1].contiguous()?, args[2].contiguous()?);
+    let mut scores = (q.broadcast_matmul(&k.transpose(D::Minus2, D::Minus1)?.contiguous()?)? * scale)?;
+    if let Some(mask) = args.get(3) {
+        scores = scores.broadcast_add(mask)?;
+    }
+    if causal {
+        let (lq, lk) = (scores.dim(D::Minus2)?, scores.dim(D::Minus1)?);
+        let visible: Vec<u8> = (0..lq).flat_map(|i| (0..lk).map(move |j| u8::from(j + lq <= i + lk))).collect();
+        let visible = Tensor::from_vec(visible, (lq, lk), dev)?.broadcast_as(scores.shape())?;
+        let hidden = Tensor::new(f32::NEG_INFINITY, dev)?.to_dtype(scores.dtype())?.broadcast_as(scores.shape())?;
+        scores = visible.where_cond(&scores, &hidden)?;
+    }
+    candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?.broadcast_matmul(&v)
+}
+
+fn activate(a: Activation, y: &Tensor) -> R<Tensor> {
+    match a {
+        Activation::None => Ok(y.clone()),
+        Activation::Relu => y.relu(),
+        Activation::GeluErf => y.gelu_erf(),
+        Activation::GeluTanh => y.gelu(),
+        Activation::Silu => y.silu(),
+        Activation::Tanh => y.tanh(),
+        Activation::Sigmoid => candle_nn::ops::sigmoid(y),
+    }
+}
+
+/// A fused body node by node with candle's broadcasting ops (None: a node it cannot express).
+fn fused(body: &ElementwiseExpr, args: &[&Tensor], out: &[usize], dev: &Device) -> R<Option<Tensor>> {
+    let mut values: Vec<Tensor> = Vec::with_capacity(body.nodes.len());
+    for node in &body.nodes {
+        let v = match node {
+            ExprNode::Arg(i) => args[*i].clone(),
+            ExprNode::Const { value, dtype } => Tensor::new(value.0, dev)?.to_dtype(candle_dtype(*dtype))?,
+            ExprNode::Unary(u, x) => unary(*u, &values[*x])?,
+            ExprNode::Binary(BinaryOp::Pow, x, _) if !values[*x].dtype().is_float() => return Ok(None),
+            ExprNode::Binary(BinaryOp::Pow, x, y) => match small_power(&values[*y])? {
+                Some(2) => values[*x].sqr()?,
+                Some(3) => values[*x].sqr()?.mul(&values[*x])?,
+                _ => return Ok(None),
+            },
+            ExprNode::Binary(BinaryOp::Div, x, _) if !values[*x].dtype().is_float() => return Ok(None),
+            ExprNode::Binary(b, x, y) => binary(*b, &values[*x], &values[*y])?,
+            ExprNode::Where(c, x, y) => select(&values[*c], &values[*x], &values[*y], out)?,
+            ExprNode::Cast(to @ (DType::F32 | DType::F64), x) if widening(values[*x].dtype(), *to) => {
+                values[*x].to_dtype(candle_dtype(*to))?
+            }
+            ExprNode::Cast(..) => return Ok(None),
+        };
+        values.push(v);
+    }
+    Ok(Some(values.pop().expect("bodies are not empty").broadcast_as(out)?))
+}

@@ -1,0 +1,45 @@
+//! The Candle target's own behaviour (its numbers against the reference are in cpu_target.rs
+//! and minilm_targets.rs): which ops use candle's fused kernels, and the host path for what
+//! candle cannot express with the IR's meaning.
+
+use rustral::frontend::{ParamStore, TraceOptions, trace_named};
+use rustral::models::{Bert, BertConfig};
+use rustral::prelude::*;
+use rustral::runtime::candle::Device;
+
+#[test]
+fn report_names_native_and_decomposed_ops() {
+    let bert = Bert { config: BertConfig::tiny(2) };
+    let t = trace_named(TraceOptions::default(), |ctx| {
+        let (ids, types, mask) = bert.inputs(ctx)?;
+        Ok(vec![("h".into(), bert.forward(ctx, &ids, &types, &mask)?)])
+    })
+    .unwrap();
+    let mut s = Session::compile(&t.graph, Target::Candle(Device::Cpu), &CompileOptions::default()).unwrap();
+    s.bind(&ParamStore::init(&t.params, 1)).unwrap();
+    let report = s.candle_report().expect("a candle session reports");
+    // Embedding LayerNorm + two per layer, all through candle_nn::ops::layer_norm.
+    assert_eq!(report["native"]["layer_norm"], 5, "{report:?}");
+    assert_eq!(report["decomposed"]["attention"], 2, "{report:?}");
+    assert!(report["decomposed"]["matmul_epilogue"] >= 2, "{report:?}");
+}
+
+/// Integer division is the reference's on the host: division by zero is an error naming the
+/// node, not a panic inside candle.
+#[test]
+fn integer_division_by_zero_is_an_error_not_a_panic() {
+    let t = rustral::frontend::trace(TraceOptions::default(), |ctx| {
+        let a = ctx.input("a", &[Dim::fixed(3)], DType::I64)?;
+        let b = ctx.input("b", &[Dim::fixed(3)], DType::I64)?;
+        Ok(vec![a.div(&b)?])
+    })
+    .unwrap();
+    let s = Session::compile(&t.graph, Target::Candle(Device::Cpu), &CompileOptions::default()).unwrap();
+    let a = HostTensor::new(DType::I64, &[3], vec![7.0, -7.0, 1.0]).unwrap();
+    let ok = HostTensor::new(DType::I64, &[3], vec![2.0, 2.0, 1.0]).unwrap();
+    let out = s.run(&[("a", a.clone()), ("b", ok)]).unwrap();
+    assert_eq!(out[0].1.to_vec(), vec![3.0, -3.0, 1.0], "truncating division");
+    let zero = HostTensor::new(DType::I64, &[3], vec![2.0, 0.0, 1.0]).unwrap();
+    let err = s.run(&[("a", a), ("b", zero)]).unwrap_err().to_string();
+    assert!(err.contains("div") && err.contains("zero"), "{err}");
+}
