@@ -33,13 +33,16 @@ fn candle_target(c: &mut Criterion) {
         .collect();
     candle.bind_params(&params).expect("params bind");
     let inputs: HashMap<String, HostTensor> = cpu.inputs.iter().map(|(n, s)| (n.clone(), s.to_host())).collect();
+    let on_device = candle.upload_inputs(&inputs).expect("inputs upload");
 
     let mut group = c.benchmark_group("minilm_l6_b8_s128");
     group.sample_size(10).measurement_time(Duration::from_secs(10)).warm_up_time(Duration::from_secs(2));
     group.bench_function(format!("cpu_target_{threads}t"), |b| {
         b.iter(|| black_box(cpu.program.run_storage(&cpu.inputs).unwrap()))
     });
-    group.bench_function(format!("candle_cpu_{threads}t"), |b| b.iter(|| black_box(candle.run(&inputs).unwrap())));
+    group.bench_function(format!("candle_cpu_{threads}t"), |b| {
+        b.iter(|| black_box(candle.run_device(&on_device).unwrap()))
+    });
     group.finish();
 }
 

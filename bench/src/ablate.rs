@@ -53,6 +53,36 @@ pub fn measure(
     repeats: usize,
     min_ms: f64,
 ) -> Result<Manifest, String> {
+    measure_on("cpu", workload, set, threads, repeats, min_ms)
+}
+
+/// The targets `measure_on` knows.
+pub const TARGETS: [&str; 2] = ["cpu", "candle-cpu"];
+
+/// Run `f` once, then time it `repeats` times (more while under `min_ms` in all).
+fn time(repeats: usize, min_ms: f64, mut f: impl FnMut() -> Result<(), String>) -> Result<Vec<f64>, String> {
+    f()?;
+    let mut timings = Vec::new();
+    let start = Instant::now();
+    while timings.len() < repeats || (start.elapsed().as_secs_f64() * 1e3 < min_ms && timings.len() < 1000) {
+        let t = Instant::now();
+        f()?;
+        timings.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    Ok(timings)
+}
+
+/// As `measure`, on `target` (`cpu`, or `candle-cpu`: candle's CPU device, whose threads are
+/// rayon's global pool, so `threads` is what RAYON_NUM_THREADS says; inputs are uploaded once,
+/// outside the timing, as for the CPU target; it has no per-kernel profile).
+pub fn measure_on(
+    target: &str,
+    workload: &Workload,
+    set: &PassSet,
+    threads: usize,
+    repeats: usize,
+    min_ms: f64,
+) -> Result<Manifest, String> {
     let traced = (workload.trace)();
     let mut pm = PassManager::new(set.level).verify_each(false);
     for p in &set.disabled {
@@ -60,23 +90,40 @@ pub fn measure(
     }
     let passes: Vec<String> = pm.pipeline().iter().map(|s| s.to_string()).collect();
     let p: Prepared = prepare_with(&traced, pm, threads, workload.sizes, 1000);
-    p.program.run_storage(&p.inputs).map_err(|e| e.to_string())?;
-    let mut timings = Vec::new();
-    let start = Instant::now();
-    while timings.len() < repeats || (start.elapsed().as_secs_f64() * 1e3 < min_ms && timings.len() < 1000) {
-        let t = Instant::now();
-        p.program.run_storage(&p.inputs).map_err(|e| e.to_string())?;
-        timings.push(t.elapsed().as_secs_f64() * 1e3);
-    }
     let hosts: HashMap<String, rustral_runtime::HostTensor> =
         p.inputs.iter().map(|(n, s)| (n.clone(), s.to_host())).collect();
-    let (_, profile) = p.program.run_profiled(&hosts).map_err(|e| e.to_string())?;
-    let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
-    for k in profile {
-        *by_op.entry(k.op).or_default() += k.time.as_secs_f64() * 1e3;
-    }
-    let program = p.program.program();
     let binding: BTreeMap<String, usize> = workload.sizes.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    let (timings, by_op, program, dispatches) = match target {
+        "cpu" => {
+            let timings =
+                time(repeats, min_ms, || p.program.run_storage(&p.inputs).map(|_| ()).map_err(|e| e.to_string()))?;
+            let (_, profile) = p.program.run_profiled(&hosts).map_err(|e| e.to_string())?;
+            let mut by_op: BTreeMap<String, f64> = BTreeMap::new();
+            for k in profile {
+                *by_op.entry(k.op).or_default() += k.time.as_secs_f64() * 1e3;
+            }
+            (timings, by_op, p.program.program().clone(), p.program.dispatches())
+        }
+        "candle-cpu" => {
+            let program = p.program.program().clone();
+            let mut candle =
+                rustral_runtime::candle::CandleProgram::new(program.clone(), rustral_runtime::candle::Device::Cpu);
+            let store = rustral_frontend::ParamStore::init(&traced.params, 1);
+            let params: HashMap<String, rustral_runtime::HostTensor> = store
+                .iter()
+                .map(|(n, v)| {
+                    (n.clone(), rustral_runtime::HostTensor::new(v.dtype, &v.shape, v.data.clone()).expect("fits"))
+                })
+                .collect();
+            candle.bind_params(&params).map_err(|e| e.to_string())?;
+            let on_device = candle.upload_inputs(&hosts).map_err(|e| e.to_string())?;
+            let timings =
+                time(repeats, min_ms, || candle.run_device(&on_device).map(|_| ()).map_err(|e| e.to_string()))?;
+            let dispatches = candle.dispatches();
+            (timings, BTreeMap::new(), program, dispatches)
+        }
+        other => return Err(format!("unknown target {other:?} (known: {})", TARGETS.join(", "))),
+    };
     let report = program.plan.report(&program.buffers, &binding);
     let level = match set.level {
         OptLevel::O0 => "O0",
@@ -91,7 +138,7 @@ pub fn measure(
             kind: workload.kind,
             description: workload.description.into(),
         },
-        target: "cpu".into(),
+        target: target.into(),
         threads,
         pipeline: Pipeline {
             label: set.label.clone(),
@@ -103,7 +150,7 @@ pub fn measure(
         timings_ms: timings,
         program: ProgramInfo {
             kernels: program.kernels.len(),
-            dispatches: p.program.dispatches(),
+            dispatches,
             planned_peak_bytes: report.planned_peak_bytes,
             unplanned_bytes: report.unplanned_bytes,
         },

@@ -26,7 +26,7 @@ enum Command {
         /// elementwise_chain, gemm_1024, gpt2_block, minilm_l6.
         #[arg(long, value_delimiter = ',')]
         models: Vec<String>,
-        /// Targets (only `cpu` is built).
+        /// Targets: cpu, candle-cpu.
         #[arg(long, value_delimiter = ',', default_values_t = ["cpu".to_string()])]
         targets: Vec<String>,
         /// Timed runs per manifest (more for short runs: at least 200 ms of timing).
@@ -75,8 +75,8 @@ fn run(cli: Cli) -> Result<(), String> {
                     })
                     .collect::<Result<_, _>>()?
             };
-            if let Some(t) = targets.iter().find(|t| t.as_str() != "cpu") {
-                return Err(format!("target {t:?} is not built (only cpu)"));
+            if let Some(t) = targets.iter().find(|t| !ablate::TARGETS.contains(&t.as_str())) {
+                return Err(format!("unknown target {t:?} (known: {})", ablate::TARGETS.join(", ")));
             }
             let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -85,7 +85,7 @@ fn run(cli: Cli) -> Result<(), String> {
             for w in &chosen {
                 for target in &targets {
                     for set in &sets {
-                        let m = ablate::measure(w, set, threads, repeats, 200.0)?;
+                        let m = ablate::measure_on(target, w, set, threads, repeats, 200.0)?;
                         let file = out.join(format!("{}__{}__{}t__{}.json", w.name, target, threads, set.label));
                         manifest::write(&m, &file)?;
                         eprintln!(

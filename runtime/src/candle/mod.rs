@@ -53,6 +53,11 @@ impl CandleProgram {
         &self.program
     }
 
+    /// Kernels launched per run (those reading only parameters ran at bind time).
+    pub fn dispatches(&self) -> usize {
+        self.program.kernels.len() - self.precomputed.len()
+    }
+
     /// Op counts by how they lower: candle's own kernels, decompositions, host fallbacks
     /// (constants, iotas and random streams are made on the host and uploaded).
     pub fn report(&self) -> BTreeMap<&'static str, BTreeMap<String, usize>> {
@@ -114,6 +119,38 @@ impl CandleProgram {
 
     /// Run on named inputs; returns the outputs in order, on the host.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, CandleError> {
+        let device = self.upload_inputs(inputs)?;
+        let out = self.run_device(&device)?;
+        out.into_iter()
+            .map(|(name, t)| {
+                let b = self.program.outputs.iter().find(|(n, _)| *n == name).map(|(_, b)| *b).expect("an output");
+                let host =
+                    download(&t, self.program.buffers[b].ty.dtype).map_err(|message| self.fail_buffer(b, message))?;
+                Ok((name, host))
+            })
+            .collect()
+    }
+
+    /// The inputs on the device, ready for `run_device` (what repeated runs and benchmarks
+    /// upload once).
+    pub fn upload_inputs(&self, inputs: &HashMap<String, HostTensor>) -> Result<HashMap<String, Tensor>, CandleError> {
+        let mut out = HashMap::new();
+        for (name, v) in inputs {
+            let b = self.program.buffers.iter().position(|b| b.kind == BufferKind::Input(name.clone()));
+            let t = self.upload(v).map_err(|message| match b {
+                Some(b) => self.fail_buffer(b, message),
+                None => CandleError::Candle {
+                    place: Place { node: 0, op: "input".into(), provenance: name.clone() },
+                    message,
+                },
+            })?;
+            out.insert(name.clone(), t);
+        }
+        Ok(out)
+    }
+
+    /// Run on inputs already on the device; outputs stay on the device.
+    pub fn run_device(&self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, CandleError> {
         let p = &self.program;
         let mut binding = BTreeMap::new();
         let mut values: Vec<Option<Tensor>> = vec![None; p.buffers.len()];
@@ -122,8 +159,9 @@ impl CandleProgram {
                 BufferKind::Input(name) => {
                     let v =
                         inputs.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "input", name: name.clone() })?;
-                    crate::feeds::check(name, &buf.ty, v.dtype, v.shape(), &mut binding)?;
-                    values[b] = Some(self.upload(v).map_err(|message| self.fail_buffer(b, message))?);
+                    let dtype = ops::ir_dtype(v.dtype()).unwrap_or(buf.ty.dtype);
+                    crate::feeds::check(name, &buf.ty, dtype, v.dims(), &mut binding)?;
+                    values[b] = Some(v.clone());
                 }
                 BufferKind::Param(name) => {
                     let v = self
@@ -173,14 +211,13 @@ impl CandleProgram {
                 values[dead] = None;
             }
         }
-        p.outputs
+        Ok(p.outputs
             .iter()
             .map(|(name, b)| {
                 let t = values[*b].as_ref().or_else(|| self.params.get(b)).expect("outputs stay live");
-                let host = download(t, p.buffers[*b].ty.dtype).map_err(|message| self.fail_buffer(*b, message))?;
-                Ok((name.clone(), host))
+                (name.clone(), t.clone())
             })
-            .collect()
+            .collect())
     }
 
     /// Kernel `k` on the device, or on the host when candle cannot express it.

@@ -44,6 +44,20 @@ pub fn candle_dtype(d: DType) -> CDType {
     }
 }
 
+/// The IR dtype a candle dtype holds (u8 holds bools), if any.
+pub fn ir_dtype(d: CDType) -> Option<DType> {
+    Some(match d {
+        CDType::F16 => DType::F16,
+        CDType::BF16 => DType::BF16,
+        CDType::F32 => DType::F32,
+        CDType::F64 => DType::F64,
+        CDType::I32 => DType::I32,
+        CDType::I64 => DType::I64,
+        CDType::U8 => DType::Bool,
+        _ => return None,
+    })
+}
+
 type R<T> = candle_core::Result<T>;
 
 /// Run `op` on `args` into a tensor of `out` (the bound output shape) and `dtype`, or None
