@@ -70,7 +70,7 @@ def write(name, kind, description, label, ts):
     m = dict(schema_version=1, unix_time=int(time.time()), workload=dict(name=name, kind=kind, description=description),
              target="torch-eager" if label == "eager" else "torch-compile", threads=args.threads,
              pipeline=dict(label=label, level=label, disabled=[], passes=[]), timings_ms=ts, stats=summary(ts),
-             program=dict(kernels=0, dispatches=0, planned_peak_bytes=0, unplanned_bytes=0), kernel_ms_by_op={},
+             program=dict(kernels=0, dispatches=0, planned_peak_bytes=0, unplanned_bytes=0, kernel_ops={}), kernel_ms_by_op={},
              machine=machine(), build=build())
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{name}__{m['target']}__{args.threads}t__{label}.json")

@@ -151,6 +151,10 @@ pub fn measure_on(
         program: ProgramInfo {
             kernels: program.kernels.len(),
             dispatches,
+            kernel_ops: program.kernels.iter().fold(BTreeMap::new(), |mut m, k| {
+                *m.entry(k.name.clone()).or_insert(0) += 1;
+                m
+            }),
             planned_peak_bytes: report.planned_peak_bytes,
             unplanned_bytes: report.unplanned_bytes,
         },

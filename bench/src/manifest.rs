@@ -80,6 +80,8 @@ pub struct ProgramInfo {
     pub planned_peak_bytes: usize,
     /// Bytes if every intermediate had its own storage.
     pub unplanned_bytes: usize,
+    /// Kernels per op kind (`layer_norm`, `fused_elementwise`, ...).
+    pub kernel_ops: BTreeMap<String, usize>,
 }
 
 /// The machine.
