@@ -43,3 +43,32 @@ fn integer_division_by_zero_is_an_error_not_a_panic() {
     let err = s.run(&[("a", a), ("b", zero)]).unwrap_err().to_string();
     assert!(err.contains("div") && err.contains("zero"), "{err}");
 }
+
+/// Causal attention with more queries than keys (the first query sees no key) and a NaN in a
+/// value only later queries may see: every target gives the reference's numbers.
+#[test]
+fn causal_attention_edge_rows_match_the_reference() {
+    use rustral::ir::{F64, Graph, Op, TensorType};
+    let mut g = Graph::new("attention");
+    let ty = |n: usize| TensorType::new(DType::F32, Shape(vec![Dim::fixed(1), Dim::fixed(n), Dim::fixed(4)]));
+    let q = g.input("q", ty(3)).unwrap();
+    let k = g.input("k", ty(2)).unwrap();
+    let v = g.input("v", ty(2)).unwrap();
+    let a = g.add(Op::Attention { scale: F64(0.5), causal: true }, &[q, k, v], "attn").unwrap();
+    g.set_output("y", a).unwrap();
+    let vals = |n: usize, s: f64| {
+        HostTensor::new(DType::F32, &[1, n, 4], (0..n * 4).map(|i| (i as f64 * s).sin()).collect()).unwrap()
+    };
+    let mut vv = vals(2, 0.3).to_vec();
+    vv[5] = f64::NAN; // key 1, seen by query 2 only
+    let feeds = [("q", vals(3, 0.7)), ("k", vals(2, 0.5)), ("v", HostTensor::new(DType::F32, &[1, 2, 4], vv).unwrap())];
+    let all = feeds.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+    let want = evaluate(&g, &all).unwrap().remove(0).1.to_vec();
+    for target in [Target::Cpu, Target::Candle(Device::Cpu)] {
+        let s = Session::compile(&g, target.clone(), &CompileOptions::default()).unwrap();
+        let got = s.run(&feeds).unwrap().remove(0).1.to_vec();
+        for (i, (w, x)) in want.iter().zip(&got).enumerate() {
+            assert!((w.is_nan() && x.is_nan()) || (w - x).abs() < 1e-6, "{target:?} [{i}]: reference {w} vs {x}");
+        }
+    }
+}

@@ -46,7 +46,8 @@ fn reference(g: &Graph, store: &ParamStore, feeds: &[(String, HostTensor)]) -> V
     evaluate(g, &all).unwrap()
 }
 
-fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, rtol: f64) -> f64 {
+/// Largest absolute difference; panics past `atol + rtol * |reference|`, naming `what` ran.
+fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, rtol: f64, what: &str) -> f64 {
     let mut worst: f64 = 0.0;
     for ((na, ta), (_, tb)) in a.iter().zip(b) {
         assert_eq!(ta.shape(), tb.shape(), "{na}");
@@ -55,7 +56,7 @@ fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, 
                 continue;
             }
             let d = (x - y).abs();
-            assert!(d <= atol + rtol * x.abs(), "{na}: reference {x} vs cpu {y}");
+            assert!(d <= atol + rtol * x.abs(), "{na} on {what}: reference {x} vs target {y}");
             worst = worst.max(d);
         }
     }
@@ -115,7 +116,7 @@ fn every_model_matches_the_reference_at_o0_and_o2_for_two_bindings() {
                 let want = reference(&t.graph, &store, &feeds);
                 let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
                 let got = s.run(&refs).unwrap();
-                let err = max_error(&want, &got, 1e-4, 1e-4);
+                let err = max_error(&want, &got, 1e-4, 1e-4, &format!("{name} {target:?} {level:?}"));
                 println!("{name} on {target:?} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
             }
         }
@@ -194,7 +195,7 @@ proptest! {
             let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
             s.bind(&store).unwrap();
             let got = s.run(&store_free).unwrap_or_else(|e| panic!("{target:?} {level:?}: {e}"));
-            max_error(&want, &got, 1e-3, 1e-3);
+            max_error(&want, &got, 1e-3, 1e-3, &format!("{target:?} {level:?} {elementwise:?}"));
         }
     }
 }

@@ -105,7 +105,10 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
         Op::Gelu { approx: GeluApprox::Erf } => args[0].gelu_erf()?,
         Op::Gelu { approx: GeluApprox::Tanh } => args[0].gelu()?,
         Op::Silu => args[0].silu()?,
-        Op::Attention { scale, causal } => attention(args, scale.0, *causal, dev)?,
+        Op::Attention { scale, causal } => match attention(args, scale.0, *causal, dev)? {
+            Some(t) => t,
+            None => return Ok(None),
+        },
         Op::MatMulEpilogue { activation } => {
             let y = args[0].contiguous()?.broadcast_matmul(&args[1].contiguous()?)?;
             let y = match args.get(2) {
@@ -246,21 +249,37 @@ fn norm(args: &[&Tensor], eps: f64, center: bool) -> R<Tensor> {
     Ok(y)
 }
 
-/// `softmax(q k^T * scale + mask) v` with hidden causal keys set to -inf before the softmax.
-fn attention(args: &[&Tensor], scale: f64, causal: bool, dev: &Device) -> R<Tensor> {
+/// `softmax(q k^T * scale + mask) v` with hidden causal keys set to -inf before the softmax and
+/// queries that see no key at all given zeros. The IR keeps hidden keys' values out of the sum
+/// even when they are NaN, which a matmul with zero weights does not: with a causal mask and
+/// NaN among the values, None (the host computes it).
+fn attention(args: &[&Tensor], scale: f64, causal: bool, dev: &Device) -> R<Option<Tensor>> {
     let (q, k, v) = (args[0].contiguous()?, args[1].contiguous()?, args[2].contiguous()?);
+    if causal && v.dtype().is_float() && v.ne(&v)?.to_dtype(CDType::F32)?.sum_all()?.to_scalar::<f32>()? > 0.0 {
+        return Ok(None);
+    }
     let mut scores = (q.broadcast_matmul(&k.transpose(D::Minus2, D::Minus1)?.contiguous()?)? * scale)?;
     if let Some(mask) = args.get(3) {
         scores = scores.broadcast_add(mask)?;
     }
+    let mut seen: Option<Tensor> = None;
     if causal {
         let (lq, lk) = (scores.dim(D::Minus2)?, scores.dim(D::Minus1)?);
         let visible: Vec<u8> = (0..lq).flat_map(|i| (0..lk).map(move |j| u8::from(j + lq <= i + lk))).collect();
         let visible = Tensor::from_vec(visible, (lq, lk), dev)?.broadcast_as(scores.shape())?;
         let hidden = Tensor::new(f32::NEG_INFINITY, dev)?.to_dtype(scores.dtype())?.broadcast_as(scores.shape())?;
         scores = visible.where_cond(&scores, &hidden)?;
+        if lq > lk {
+            let rows: Vec<u8> = (0..lq).map(|i| u8::from(lq <= i + lk)).collect();
+            seen = Some(Tensor::from_vec(rows, (lq, 1), dev)?);
+        }
     }
-    candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?.broadcast_matmul(&v)
+    let probs = candle_nn::ops::softmax_last_dim(&scores.contiguous()?)?;
+    let probs = match seen {
+        Some(rows) => rows.broadcast_as(probs.shape())?.where_cond(&probs, &probs.zeros_like()?)?,
+        None => probs,
+    };
+    Ok(Some(probs.broadcast_matmul(&v)?))
 }
 
 fn activate(a: Activation, y: &Tensor) -> R<Tensor> {
