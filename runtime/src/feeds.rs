@@ -4,7 +4,26 @@
 
 use crate::reference::EvalError;
 use rustral_ir::{DType, Dim, TensorType};
+use rustral_lowering::{BufferKind, Program};
 use std::collections::BTreeMap;
+
+/// Every fed name must be one of the program's inputs; the error lists them.
+pub(crate) fn check_known_inputs<'a>(p: &Program, names: impl Iterator<Item = &'a String>) -> Result<(), EvalError> {
+    let inputs: Vec<&str> = p
+        .buffers
+        .iter()
+        .filter_map(|b| match &b.kind {
+            BufferKind::Input(n) => Some(n.as_str()),
+            _ => None,
+        })
+        .collect();
+    for name in names {
+        if !inputs.contains(&name.as_str()) {
+            return Err(EvalError::UnknownFeed { name: name.clone(), known: inputs.join(", ") });
+        }
+    }
+    Ok(())
+}
 
 /// A fed value's dtype and rank must match; its dims bind the symbols (a conflict is
 /// reported as such, any other mismatch names the declared type).

@@ -173,18 +173,7 @@ impl CandleProgram {
                 _ => {}
             }
         }
-        if let Some(name) = inputs.keys().find(|n| !p.buffers.iter().any(|b| b.kind == BufferKind::Input((*n).clone())))
-        {
-            let known: Vec<&str> = p
-                .buffers
-                .iter()
-                .filter_map(|b| match &b.kind {
-                    BufferKind::Input(n) => Some(n.as_str()),
-                    _ => None,
-                })
-                .collect();
-            return Err(EvalError::UnknownFeed { name: name.clone(), known: known.join(", ") }.into());
-        }
+        crate::feeds::check_known_inputs(p, inputs.keys())?;
         for (b, buf) in p.buffers.iter().enumerate() {
             if let (BufferKind::Constant(op), false) = (&buf.kind, self.params.contains_key(&b)) {
                 let shape = concrete(&buf.ty.shape.0, &binding)

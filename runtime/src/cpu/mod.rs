@@ -249,19 +249,7 @@ impl CpuProgram {
                 _ => {}
             }
         }
-        for name in inputs.keys() {
-            if !p.buffers.iter().any(|b| b.kind == BufferKind::Input(name.clone())) {
-                let known: Vec<String> = p
-                    .buffers
-                    .iter()
-                    .filter_map(|b| match &b.kind {
-                        BufferKind::Input(n) => Some(n.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                return Err(EvalError::UnknownFeed { name: name.clone(), known: known.join(", ") }.into());
-            }
-        }
+        crate::feeds::check_known_inputs(p, inputs.keys())?;
         let place = |k: usize| self.place(k);
         for (b, buf) in p.buffers.iter().enumerate() {
             if self.params.contains_key(&b) {
