@@ -8,7 +8,6 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use rustral_bench::workloads::minilm;
 use rustral_bench::{Prepared, prepare};
-use rustral_frontend::ParamStore;
 use rustral_lowering::lower;
 use rustral_passes::{OptLevel, PassManager};
 use rustral_runtime::HostTensor;
@@ -26,12 +25,7 @@ fn candle_target(c: &mut Criterion) {
     let mut g = traced.graph.clone();
     PassManager::new(OptLevel::O2).verify_each(false).run(&mut g).expect("compiles");
     let mut candle = CandleProgram::new(lower(&g).expect("lowers"), Device::Cpu);
-    let store = ParamStore::init(&traced.params, 1);
-    let params: HashMap<String, HostTensor> = store
-        .iter()
-        .map(|(n, v)| (n.clone(), HostTensor::new(v.dtype, &v.shape, v.data.clone()).expect("fits")))
-        .collect();
-    candle.bind_params(&params).expect("params bind");
+    candle.bind_params(&cpu.params).expect("params bind");
     let inputs: HashMap<String, HostTensor> = cpu.inputs.iter().map(|(n, s)| (n.clone(), s.to_host())).collect();
     let on_device = candle.upload_inputs(&inputs).expect("inputs upload");
 

@@ -108,14 +108,7 @@ pub fn measure_on(
             let program = p.program.program().clone();
             let mut candle =
                 rustral_runtime::candle::CandleProgram::new(program.clone(), rustral_runtime::candle::Device::Cpu);
-            let store = rustral_frontend::ParamStore::init(&traced.params, 1);
-            let params: HashMap<String, rustral_runtime::HostTensor> = store
-                .iter()
-                .map(|(n, v)| {
-                    (n.clone(), rustral_runtime::HostTensor::new(v.dtype, &v.shape, v.data.clone()).expect("fits"))
-                })
-                .collect();
-            candle.bind_params(&params).map_err(|e| e.to_string())?;
+            candle.bind_params(&p.params).map_err(|e| e.to_string())?;
             let on_device = candle.upload_inputs(&hosts).map_err(|e| e.to_string())?;
             let timings =
                 time(repeats, min_ms, || candle.run_device(&on_device).map(|_| ()).map_err(|e| e.to_string()))?;

@@ -43,6 +43,8 @@ pub struct Prepared {
     pub inputs: HashMap<String, Storage>,
     /// Kernels in the program.
     pub kernels: usize,
+    /// The seeded parameters it was bound with (for binding another target the same way).
+    pub params: HashMap<String, HostTensor>,
 }
 
 /// Compile and bind `traced` (see `Prepared`). Integer inputs get ids below `vocab`.
@@ -82,5 +84,5 @@ pub fn prepare_with(
         inputs.insert(name, Storage::from_host(HostTensor::new(ty.dtype, &shape, data).expect("fits")));
     }
     let kernels = program.program().kernels.len();
-    Prepared { program, inputs, kernels }
+    Prepared { program, inputs, kernels, params }
 }
