@@ -44,19 +44,7 @@ pub fn pass_sets() -> Vec<PassSet> {
     sets
 }
 
-/// Time `workload` under `set` on `threads` threads: one warm-up run, then `repeats` timed
-/// runs (at least `min_ms` of timing in all when runs are short), then one profiled run.
-pub fn measure(
-    workload: &Workload,
-    set: &PassSet,
-    threads: usize,
-    repeats: usize,
-    min_ms: f64,
-) -> Result<Manifest, String> {
-    measure_on("cpu", workload, set, threads, repeats, min_ms)
-}
-
-/// The targets `measure_on` knows.
+/// The targets `measure` knows.
 pub const TARGETS: [&str; 2] = ["cpu", "candle-cpu"];
 
 /// Run `f` once, then time it `repeats` times (more while under `min_ms` in all).
@@ -72,10 +60,12 @@ fn time(repeats: usize, min_ms: f64, mut f: impl FnMut() -> Result<(), String>) 
     Ok(timings)
 }
 
-/// As `measure`, on `target` (`cpu`, or `candle-cpu`: candle's CPU device, whose threads are
-/// rayon's global pool, so `threads` is what RAYON_NUM_THREADS says; inputs are uploaded once,
-/// outside the timing, as for the CPU target; it has no per-kernel profile).
-pub fn measure_on(
+/// Time `workload` under `set` on `target` with `threads` threads: one warm-up run, then
+/// `repeats` timed runs (at least `min_ms` of timing in all when runs are short), then, on the
+/// CPU target, one profiled run. `candle-cpu` is candle's CPU device, whose threads are rayon's
+/// global pool, so `threads` is what RAYON_NUM_THREADS says; its inputs are uploaded once,
+/// outside the timing, as for the CPU target, and it has no per-kernel profile.
+pub fn measure(
     target: &str,
     workload: &Workload,
     set: &PassSet,

@@ -85,7 +85,7 @@ fn run(cli: Cli) -> Result<(), String> {
             for w in &chosen {
                 for target in &targets {
                     for set in &sets {
-                        let m = ablate::measure_on(target, w, set, threads, repeats, 200.0)?;
+                        let m = ablate::measure(target, w, set, threads, repeats, 200.0)?;
                         let file = out.join(format!("{}__{}__{}t__{}.json", w.name, target, threads, set.label));
                         manifest::write(&m, &file)?;
                         eprintln!(

@@ -43,7 +43,7 @@ fn t_quantiles_match_tables() {
 
 fn small_run(label: &str, level: OptLevel, disabled: Vec<&'static str>) -> manifest::Manifest {
     let w = workloads::by_name("layer_norm").expect("layer_norm workload");
-    measure(&w, &PassSet { label: label.into(), level, disabled }, 1, 3, 0.0).expect("runs")
+    measure("cpu", &w, &PassSet { label: label.into(), level, disabled }, 1, 3, 0.0).expect("runs")
 }
 
 #[test]

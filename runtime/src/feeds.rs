@@ -7,8 +7,31 @@ use rustral_ir::{DType, Dim, TensorType};
 use rustral_lowering::{BufferKind, Program};
 use std::collections::BTreeMap;
 
-/// Every fed name must be one of the program's inputs; the error lists them.
-pub(crate) fn check_known_inputs<'a>(p: &Program, names: impl Iterator<Item = &'a String>) -> Result<(), EvalError> {
+/// Check every fed input against its declared type and bind the symbolic dims from the inputs
+/// and the bound parameters; every fed name must be one of the program's inputs. `input`
+/// gives a fed value's dtype and shape (given the declared dtype, for values whose own dtype
+/// the IR cannot name), `param` a bound parameter buffer's shape.
+pub(crate) fn bind_program<'a, 'n>(
+    p: &Program,
+    fed: impl Iterator<Item = &'n String>,
+    input: impl Fn(&str, DType) -> Option<(DType, &'a [usize])>,
+    param: impl Fn(usize) -> Option<&'a [usize]>,
+) -> Result<BTreeMap<String, usize>, EvalError> {
+    let mut binding = BTreeMap::new();
+    for (b, buf) in p.buffers.iter().enumerate() {
+        match &buf.kind {
+            BufferKind::Input(name) => {
+                let (dtype, shape) = input(name, buf.ty.dtype)
+                    .ok_or_else(|| EvalError::MissingFeed { kind: "input", name: name.clone() })?;
+                check(name, &buf.ty, dtype, shape, &mut binding)?;
+            }
+            BufferKind::Param(name) => {
+                let shape = param(b).ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
+                bind_dims(name, &buf.ty.shape.0, shape, &mut binding)?;
+            }
+            _ => {}
+        }
+    }
     let inputs: Vec<&str> = p
         .buffers
         .iter()
@@ -17,12 +40,12 @@ pub(crate) fn check_known_inputs<'a>(p: &Program, names: impl Iterator<Item = &'
             _ => None,
         })
         .collect();
-    for name in names {
+    for name in fed {
         if !inputs.contains(&name.as_str()) {
             return Err(EvalError::UnknownFeed { name: name.clone(), known: inputs.join(", ") });
         }
     }
-    Ok(())
+    Ok(binding)
 }
 
 /// A fed value's dtype and rank must match; its dims bind the symbols (a conflict is

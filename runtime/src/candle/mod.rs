@@ -152,28 +152,18 @@ impl CandleProgram {
     /// Run on inputs already on the device; outputs stay on the device.
     pub fn run_device(&self, inputs: &HashMap<String, Tensor>) -> Result<Vec<(String, Tensor)>, CandleError> {
         let p = &self.program;
-        let mut binding = BTreeMap::new();
+        let binding = crate::feeds::bind_program(
+            p,
+            inputs.keys(),
+            |name, declared| inputs.get(name).map(|v| (ops::ir_dtype(v.dtype()).unwrap_or(declared), v.dims())),
+            |b| self.params.get(&b).map(Tensor::dims),
+        )?;
         let mut values: Vec<Option<Tensor>> = vec![None; p.buffers.len()];
         for (b, buf) in p.buffers.iter().enumerate() {
-            match &buf.kind {
-                BufferKind::Input(name) => {
-                    let v =
-                        inputs.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "input", name: name.clone() })?;
-                    let dtype = ops::ir_dtype(v.dtype()).unwrap_or(buf.ty.dtype);
-                    crate::feeds::check(name, &buf.ty, dtype, v.dims(), &mut binding)?;
-                    values[b] = Some(v.clone());
-                }
-                BufferKind::Param(name) => {
-                    let v = self
-                        .params
-                        .get(&b)
-                        .ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
-                    crate::feeds::bind_dims(name, &buf.ty.shape.0, v.dims(), &mut binding)?;
-                }
-                _ => {}
+            if let BufferKind::Input(name) = &buf.kind {
+                values[b] = inputs.get(name).cloned();
             }
         }
-        crate::feeds::check_known_inputs(p, inputs.keys())?;
         for (b, buf) in p.buffers.iter().enumerate() {
             if let (BufferKind::Constant(op), false) = (&buf.kind, self.params.contains_key(&b)) {
                 let shape = concrete(&buf.ty.shape.0, &binding)

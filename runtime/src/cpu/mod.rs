@@ -228,28 +228,22 @@ impl CpuProgram {
         mut times: Option<&mut Vec<KernelTime>>,
     ) -> Result<Vec<(String, Storage)>, CpuError> {
         let p = &self.program;
-        let mut binding = BTreeMap::new();
+        let binding = crate::feeds::bind_program(
+            p,
+            inputs.keys(),
+            |name, _| inputs.get(name).map(|v| (storage_dtype(v), v.shape())),
+            |b| self.params.get(&b).map(Storage::shape),
+        )?;
         let mut values: Vec<Option<Storage>> = vec![None; p.buffers.len()];
-        let mut fed: HashMap<usize, &Storage> = HashMap::new();
-        for (b, buf) in p.buffers.iter().enumerate() {
-            match &buf.kind {
-                BufferKind::Input(name) => {
-                    let v =
-                        inputs.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "input", name: name.clone() })?;
-                    check_storage(name, &buf.ty, v, &mut binding)?;
-                    fed.insert(b, v);
-                }
-                BufferKind::Param(name) => {
-                    let v = self
-                        .params
-                        .get(&b)
-                        .ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
-                    crate::feeds::bind_dims(name, &buf.ty.shape.0, v.shape(), &mut binding)?;
-                }
-                _ => {}
-            }
-        }
-        crate::feeds::check_known_inputs(p, inputs.keys())?;
+        let fed: HashMap<usize, &Storage> = p
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(b, buf)| match &buf.kind {
+                BufferKind::Input(name) => inputs.get(name).map(|v| (b, v)),
+                _ => None,
+            })
+            .collect();
         let place = |k: usize| self.place(k);
         for (b, buf) in p.buffers.iter().enumerate() {
             if self.params.contains_key(&b) {
@@ -325,15 +319,9 @@ fn warm_jit(program: &Program) {
     }
 }
 
-fn check_storage(
-    name: &str,
-    ty: &rustral_ir::TensorType,
-    v: &Storage,
-    binding: &mut BTreeMap<String, usize>,
-) -> Result<(), EvalError> {
-    let dtype = match v {
+fn storage_dtype(v: &Storage) -> rustral_ir::DType {
+    match v {
         Storage::F32(..) => rustral_ir::DType::F32,
         Storage::Wide(t) => t.dtype,
-    };
-    crate::feeds::check(name, ty, dtype, v.shape(), binding)
+    }
 }
