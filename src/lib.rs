@@ -50,6 +50,14 @@ pub enum Error {
     #[cfg(feature = "candle")]
     #[error(transparent)]
     Candle(#[from] rustral_runtime::candle::CandleError),
+    /// WGSL lowering failed (an op the target cannot express, or a shader naga rejected).
+    #[cfg(feature = "wgsl")]
+    #[error(transparent)]
+    Wgsl(#[from] rustral_lowering::wgsl::WgslError),
+    /// The WGSL target's runtime failed (no adapter, a limit, a kernel's data error).
+    #[cfg(feature = "wgsl")]
+    #[error(transparent)]
+    Wgpu(#[from] rustral_runtime::wgpu::WgpuError),
 }
 
 /// Rustral's result type; model files return `rustral::Result<Vec<Tensor>>`.

@@ -23,6 +23,10 @@ pub enum Target {
     /// and `metal` features).
     #[cfg(feature = "candle")]
     Candle(rustral_runtime::candle::Device),
+    /// WGSL compute shaders run by wgpu on the default WebGPU adapter (`WGPU_ADAPTER_NAME`
+    /// and `WGPU_BACKEND` choose another; Mesa's software Vulkan driver where there is no GPU).
+    #[cfg(feature = "wgsl")]
+    Wgsl,
 }
 
 /// The compiled program of whichever target.
@@ -31,6 +35,8 @@ enum Backend {
     Cpu(CpuProgram),
     #[cfg(feature = "candle")]
     Candle(rustral_runtime::candle::CandleProgram),
+    #[cfg(feature = "wgsl")]
+    Wgsl(Box<rustral_runtime::wgpu::WgpuProgram>, Program),
 }
 
 /// How to compile.
@@ -88,6 +94,12 @@ impl Session {
             Target::Reference => Backend::Reference,
             #[cfg(feature = "candle")]
             Target::Candle(device) => Backend::Candle(rustral_runtime::candle::CandleProgram::new(lower(&g)?, device)),
+            #[cfg(feature = "wgsl")]
+            Target::Wgsl => {
+                let program = lower(&g)?;
+                let wgsl = rustral_lowering::wgsl::lower_wgsl(&program, g.name())?;
+                Backend::Wgsl(Box::new(rustral_runtime::wgpu::WgpuProgram::new(wgsl)?), program)
+            }
         };
         Ok(Session { graph: g, stats: compiled.stats, backend, params: HashMap::new(), dumps: compiled.dumps })
     }
@@ -103,6 +115,8 @@ impl Session {
             Backend::Cpu(c) => Some(c.program()),
             #[cfg(feature = "candle")]
             Backend::Candle(c) => Some(c.program()),
+            #[cfg(feature = "wgsl")]
+            Backend::Wgsl(_, p) => Some(p),
             Backend::Reference => None,
         }
     }
@@ -116,6 +130,28 @@ impl Session {
         match &self.backend {
             Backend::Candle(c) => Some(c.report()),
             _ => None,
+        }
+    }
+
+    /// On the WGSL target: the program with its shaders, and the adapter's description.
+    #[cfg(feature = "wgsl")]
+    pub fn wgsl(&self) -> Option<(&rustral_lowering::wgsl::WgslProgram, String)> {
+        match &self.backend {
+            Backend::Wgsl(w, _) => Some((w.program(), w.adapter())),
+            _ => None,
+        }
+    }
+
+    /// Kernels dispatched per run on the lowered targets (those reading only parameters and
+    /// constants run once when they are bound, on the Candle and WGSL targets).
+    pub fn dispatches(&self) -> Option<usize> {
+        match &self.backend {
+            Backend::Cpu(c) => Some(c.dispatches()),
+            #[cfg(feature = "candle")]
+            Backend::Candle(c) => Some(c.dispatches()),
+            #[cfg(feature = "wgsl")]
+            Backend::Wgsl(w, _) => Some(w.dispatches()),
+            Backend::Reference => None,
         }
     }
 
@@ -141,6 +177,8 @@ impl Session {
             Backend::Cpu(cpu) => cpu.bind_params(&params)?,
             #[cfg(feature = "candle")]
             Backend::Candle(c) => c.bind_params(&params)?,
+            #[cfg(feature = "wgsl")]
+            Backend::Wgsl(w, _) => w.bind_params(&params)?,
             Backend::Reference => {}
         }
         self.params = params;
@@ -154,6 +192,8 @@ impl Session {
             Backend::Cpu(cpu) => Ok(cpu.run(&inputs)?),
             #[cfg(feature = "candle")]
             Backend::Candle(c) => Ok(c.run(&inputs)?),
+            #[cfg(feature = "wgsl")]
+            Backend::Wgsl(w, _) => Ok(w.run(&inputs)?),
             Backend::Reference => {
                 let mut feeds = self.params.clone();
                 feeds.extend(inputs);

@@ -4,101 +4,15 @@
 //! where the reference accumulates in f64).
 
 use proptest::prelude::*;
-use rustral::frontend::{ParamStore, TraceOptions, Traced, trace, trace_named};
-use rustral::ir::{DType, Graph};
-use rustral::models::{Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel};
+use rustral::frontend::{ParamStore, Traced};
+use rustral::ir::DType;
 use rustral::prelude::*;
 use rustral::runtime::cpu::Elementwise;
 use rustral::runtime::reference::evaluate;
 use std::collections::HashMap;
 
-fn values(seed: u64, n: usize) -> Vec<f64> {
-    rustral::runtime::seeded_values(seed, n)
-}
-
-/// Inputs for `g` (not params): ids below `vocab`, masks with the last position padded.
-fn inputs(g: &Graph, batch: usize, seq: usize, vocab: usize) -> Vec<(String, HostTensor)> {
-    g.inputs()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (name, id))| {
-            let ty = &g.node(id).unwrap().ty;
-            let shape = ty.shape.resolve(|s| if s == "batch" { batch } else { seq });
-            let n: usize = shape.iter().product();
-            let data: Vec<f64> = if name.contains("type") {
-                vec![0.0; n]
-            } else if ty.dtype.is_int() {
-                (0..n).map(|k| ((k * 7 + i) % vocab) as f64).collect()
-            } else if name.contains("mask") {
-                (0..n).map(|k| if (k + 1) % seq == 0 && seq > 1 { 0.0 } else { 1.0 }).collect()
-            } else {
-                values(i as u64 + 3, n)
-            };
-            (name, HostTensor::new(ty.dtype, &shape, data).unwrap())
-        })
-        .collect()
-}
-
-fn reference(g: &Graph, store: &ParamStore, feeds: &[(String, HostTensor)]) -> Vec<(String, HostTensor)> {
-    let mut all: HashMap<String, HostTensor> =
-        store.iter().map(|(n, v)| (n.clone(), HostTensor::new(v.dtype, &v.shape, v.data.clone()).unwrap())).collect();
-    all.extend(feeds.iter().cloned());
-    evaluate(g, &all).unwrap()
-}
-
-/// Largest absolute difference; panics past `atol + rtol * |reference|`, naming `what` ran.
-fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, rtol: f64, what: &str) -> f64 {
-    let mut worst: f64 = 0.0;
-    for ((na, ta), (_, tb)) in a.iter().zip(b) {
-        assert_eq!(ta.shape(), tb.shape(), "{na}");
-        for (x, y) in ta.to_vec().iter().zip(tb.to_vec()) {
-            if (x.is_nan() && y.is_nan()) || x == &y {
-                continue;
-            }
-            let d = (x - y).abs();
-            assert!(d <= atol + rtol * x.abs(), "{na} on {what}: reference {x} vs target {y}");
-            worst = worst.max(d);
-        }
-    }
-    worst
-}
-
-fn models() -> Vec<(&'static str, Traced)> {
-    let opts = TraceOptions::default;
-    let mlp = MlpModel { config: MlpConfig::default() };
-    let bert = Bert { config: BertConfig::tiny(2) };
-    let gpt2 = Gpt2 { config: Gpt2Config::tiny(2) };
-    let llama = Llama { config: LlamaConfig::tiny(2) };
-    vec![
-        ("mlp", trace(opts(), |ctx| Ok(vec![mlp.trace(ctx)?])).unwrap()),
-        (
-            "bert",
-            trace_named(opts(), |ctx| {
-                let (ids, types, mask) = bert.inputs(ctx)?;
-                let h = bert.forward(ctx, &ids, &types, &mask)?;
-                let e = bert.sentence_embedding(ctx, &h, &mask)?;
-                Ok(vec![("hidden".into(), h), ("embeddings".into(), e)])
-            })
-            .unwrap(),
-        ),
-        (
-            "gpt2",
-            trace(opts(), |ctx| {
-                let x = gpt2.input(ctx)?;
-                Ok(vec![gpt2.forward(ctx, &x)?])
-            })
-            .unwrap(),
-        ),
-        (
-            "llama",
-            trace(opts(), |ctx| {
-                let x = llama.input(ctx)?;
-                Ok(vec![llama.forward(ctx, &x)?])
-            })
-            .unwrap(),
-        ),
-    ]
-}
+mod common;
+use common::{inputs, max_error, models, reference, values};
 
 /// On the CPU target and the Candle target's CPU device. Tolerance: 1e-4 absolute + 1e-4
 /// relative on every output value.

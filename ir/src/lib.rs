@@ -36,7 +36,7 @@ pub use op::{Activation, BinaryOp, ElementwiseExpr, ExprNode, GeluApprox, Litera
 pub use parse::parse;
 pub use serial::{FORMAT_VERSION, GraphRepr, NodeRepr, OutputRepr, from_binary, from_json, to_binary, to_json};
 pub use shape::{Dim, Shape, SymProduct, TensorType, broadcast_shapes, broadcasts_to, is_identifier};
-pub use text::print;
+pub use text::{op_text, print};
 pub use verify::verify;
 
 /// Parse text and verify the result: the usual way to read a `.rir` file.

@@ -71,6 +71,12 @@ fn list<T: std::fmt::Display>(xs: &[T]) -> String {
     format!("[{}]", xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
 }
 
+/// An op as the text form writes it, without operands: `layer_norm {eps=1e-5}`.
+pub fn op_text(op: &Op) -> String {
+    let attrs = attributes(op);
+    if attrs.is_empty() { op.name().to_string() } else { format!("{} {{{attrs}}}", op.name()) }
+}
+
 /// The text inside an op's braces (empty when it has no attributes).
 fn attributes(op: &Op) -> String {
     match op {

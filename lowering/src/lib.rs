@@ -10,3 +10,6 @@ mod program;
 
 pub use plan::{MemoryPlan, PlanReport};
 pub use program::{Buffer, BufferKind, Kernel, LowerError, Program, lower};
+
+#[cfg(feature = "wgsl")]
+pub mod wgsl;

@@ -9,5 +9,7 @@ pub mod cpu;
 mod feeds;
 pub mod reference;
 mod tensor;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use tensor::{HostTensor, ValuesDoNotFit, round_to, seeded_values};

@@ -1,0 +1,252 @@
+//! Writing one shader: the header comment, the `dims` uniform, named storage bindings,
+//! workgroup memory, the helper functions the body used, and `main`. Dims become WGSL
+//! expressions here: a static dim is a literal, a symbolic one reads the uniform.
+
+use super::helpers::Helper;
+use super::{Access, Operand, Storage};
+use rustral_ir::{Dim, Op, op_text};
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+/// What every shader of a program shares: the order of the symbolic dims.
+pub(crate) struct Ctx<'a> {
+    pub dims: &'a [String],
+}
+
+impl Ctx<'_> {
+    /// A dim as a u32 expression.
+    pub fn dim(&self, d: &Dim) -> String {
+        match d {
+            // naga rejects a division by a constant zero even where it never runs, so an empty
+            // dim reads as a run-time zero.
+            Dim::Static(0) => "(dims.d[0].x * 0u)".into(),
+            Dim::Static(n) => format!("{n}u"),
+            Dim::Sym(s) => {
+                let i = self.dims.iter().position(|x| x == s).expect("every symbol is in the dims list");
+                format!("dims.d[{}].{}", i / 4, ["x", "y", "z", "w"][i % 4])
+            }
+        }
+    }
+
+    /// The product of dims as a u32 expression (static factors folded).
+    pub fn prod(&self, dims: &[Dim]) -> String {
+        let mut k: u64 = 1;
+        let mut parts = Vec::new();
+        for d in dims {
+            match d {
+                Dim::Static(n) if *n > 0 => k *= *n as u64,
+                _ => parts.push(self.dim(d)),
+            }
+        }
+        if k != 1 || parts.is_empty() {
+            parts.insert(0, format!("{k}u"));
+        }
+        if parts.len() == 1 { parts.remove(0) } else { format!("({})", parts.join(" * ")) }
+    }
+
+    /// Row-major strides of a shape, as u32 expressions.
+    pub fn strides(&self, dims: &[Dim]) -> Vec<String> {
+        (0..dims.len()).map(|k| self.prod(&dims[k + 1..])).collect()
+    }
+
+    /// The offset into `operand` (aligned right against `out`, broadcasting its static-1
+    /// dims) of the element whose index along each `out` axis is `idx[axis]`.
+    pub fn offset(&self, idx: &[String], out: &[Dim], operand: &[Dim]) -> String {
+        let shift = out.len() - operand.len();
+        let strides = self.strides(operand);
+        let terms: Vec<String> = operand
+            .iter()
+            .enumerate()
+            .filter(|(k, d)| !d.is_one() && idx[k + shift] != "0u")
+            .map(|(k, _)| {
+                if strides[k] == "1u" { idx[k + shift].clone() } else { format!("{} * {}", idx[k + shift], strides[k]) }
+            })
+            .collect();
+        if terms.is_empty() { "0u".into() } else { terms.join(" + ") }
+    }
+
+    /// Lines splitting the linear index `lin` into one `let` per axis of `dims`, named
+    /// `{prefix}{axis}`; axes not in `keep` are skipped (their extent still divides).
+    pub fn unravel(&self, lin: &str, prefix: &str, dims: &[Dim], keep: impl Fn(usize) -> bool) -> String {
+        let mut s = String::new();
+        let axes: Vec<usize> = (0..dims.len()).filter(|&k| keep(k)).collect();
+        if axes.is_empty() {
+            return s;
+        }
+        if axes.len() == 1 {
+            writeln!(s, "    let {prefix}{} = {lin};", axes[0]).expect("write to String");
+            return s;
+        }
+        writeln!(s, "    var {prefix}rem = {lin};").expect("write to String");
+        for (n, &k) in axes.iter().enumerate().rev() {
+            if n == 0 {
+                writeln!(s, "    let {prefix}{k} = {prefix}rem;").expect("write to String");
+            } else {
+                let d = self.dim(&dims[k]);
+                writeln!(s, "    let {prefix}{k} = {prefix}rem % {d};").expect("write to String");
+                writeln!(s, "    {prefix}rem = {prefix}rem / {d};").expect("write to String");
+            }
+        }
+        s
+    }
+}
+
+/// What the header comment names.
+pub(crate) struct Head<'a> {
+    pub index: usize,
+    pub graph: &'a str,
+    pub op: &'a Op,
+    pub provenance: &'a str,
+}
+
+/// One shader under construction.
+pub(crate) struct Shader {
+    header: Vec<String>,
+    bindings: Vec<(String, Storage, Access)>,
+    pub status: bool,
+    helpers: BTreeSet<Helper>,
+    shared: Vec<String>,
+    shared_bytes: u32,
+    body: String,
+    pub workgroup_size: u32,
+    kernel: usize,
+}
+
+impl Shader {
+    /// A shader for `head` reading `inputs` (binding names and operands) into `out`.
+    pub fn new(head: &Head, inputs: &[(&str, &Operand)], out: &Operand, workgroup_size: u32) -> Shader {
+        let shape = |o: &Operand| {
+            let dims: Vec<String> = o.shape.iter().map(|d| d.to_string()).collect();
+            format!("{}[{}]", o.dtype, dims.join(", "))
+        };
+        let mut header = vec![
+            format!("// Rustral kernel {} of graph {:?}: {}", head.index, head.graph, op_text(head.op)),
+            format!("// node: {:?}", head.provenance),
+            format!("// out: {}", shape(out)),
+        ];
+        for (n, o) in inputs {
+            header.push(format!("// {n}: {}", shape(o)));
+        }
+        let mut bindings: Vec<(String, Storage, Access)> =
+            inputs.iter().map(|(n, o)| (n.to_string(), o.storage, Access::Read)).collect();
+        bindings.push(("out".into(), out.storage, Access::ReadWrite));
+        Shader {
+            header,
+            bindings,
+            status: false,
+            helpers: BTreeSet::new(),
+            shared: vec![],
+            shared_bytes: 0,
+            body: String::new(),
+            workgroup_size,
+            kernel: head.index,
+        }
+    }
+
+    /// Ask for a helper function (and those it calls).
+    pub fn need(&mut self, h: Helper) {
+        for d in h.deps() {
+            self.need(*d);
+        }
+        self.helpers.insert(h);
+    }
+
+    /// Declare `var<workgroup> name: array<f32, n>`.
+    pub fn shared(&mut self, name: &str, n: u32) {
+        self.shared.push(format!("var<workgroup> {name}: array<f32, {n}>;"));
+        self.shared_bytes += 4 * n;
+    }
+
+    /// Append body lines (already indented).
+    pub fn push(&mut self, lines: &str) {
+        self.body.push_str(lines);
+    }
+
+    /// Append one body line at the given indent level.
+    pub fn line(&mut self, indent: usize, line: &str) {
+        writeln!(self.body, "{}{line}", "    ".repeat(indent)).expect("write to String");
+    }
+
+    /// Statement recording a data-dependent failure of this kernel.
+    pub fn fail(&mut self) -> String {
+        self.status = true;
+        format!("atomicMax(&status, {}u);", self.kernel + 1)
+    }
+
+    /// Element `idx` of binding `name` as an f32 value.
+    pub fn load(&self, name: &str, idx: &str) -> String {
+        let storage = self.bindings.iter().find(|b| b.0 == name).map_or(Storage::F32, |b| b.1);
+        match storage {
+            Storage::F32 => format!("{name}[{idx}]"),
+            _ => format!("f32({name}[{idx}])"),
+        }
+    }
+
+    /// Statement writing the f32 value `v` (already rounded to the dtype) to `out[idx]`.
+    pub fn store(&mut self, idx: &str, v: &str) -> String {
+        let storage = self.bindings.last().expect("out is bound").1;
+        match storage {
+            Storage::F32 => format!("out[{idx}] = {v};"),
+            Storage::I32 => {
+                self.need(Helper::ToInt);
+                format!("out[{idx}] = to_int({v});")
+            }
+            Storage::U32 => format!("out[{idx}] = select(1u, 0u, {v} == 0.0);"),
+        }
+    }
+
+    /// Workgroup memory in bytes.
+    pub fn workgroup_bytes(&self) -> u32 {
+        self.shared_bytes
+    }
+
+    /// The whole shader.
+    pub fn finish(self, ctx: &Ctx) -> String {
+        let mut s = self.header.join("\n");
+        s.push('\n');
+        if !ctx.dims.is_empty() {
+            let names: Vec<String> =
+                ctx.dims.iter().map(|d| format!("{d} = {}", ctx.dim(&Dim::Sym(d.clone())))).collect();
+            writeln!(s, "// symbolic dims: {}", names.join(", ")).expect("write to String");
+        }
+        let words = ctx.dims.len().div_ceil(4).max(1);
+        write!(s, "\nstruct Dims {{\n    d: array<vec4<u32>, {words}>,\n}}\n\n").expect("write to String");
+        s.push_str("@group(0) @binding(0) var<uniform> dims: Dims;\n");
+        for (i, (name, storage, access)) in self.bindings.iter().enumerate() {
+            let mode = match access {
+                Access::Read => "read",
+                Access::ReadWrite => "read_write",
+            };
+            writeln!(s, "@group(0) @binding({}) var<storage, {mode}> {name}: array<{}>;", i + 1, storage.wgsl())
+                .expect("write to String");
+        }
+        if self.status {
+            writeln!(
+                s,
+                "@group(0) @binding({}) var<storage, read_write> status: atomic<u32>;",
+                self.bindings.len() + 1
+            )
+            .expect("write to String");
+        }
+        if !self.shared.is_empty() {
+            s.push('\n');
+            for l in &self.shared {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        for h in &self.helpers {
+            s.push('\n');
+            s.push_str(h.source());
+        }
+        write!(
+            s,
+            "\n@compute @workgroup_size({})\nfn main(\n    @builtin(workgroup_id) wid: vec3<u32>,\n    @builtin(num_workgroups) nwg: vec3<u32>,\n    @builtin(local_invocation_index) lid: u32,\n) {{\n    let group = wid.x + wid.y * nwg.x;\n",
+            self.workgroup_size
+        )
+        .expect("write to String");
+        s.push_str(&self.body);
+        s.push_str("}\n");
+        s
+    }
+}

@@ -1,0 +1,530 @@
+//! The WGSL target's lowering: a [`Program`] becomes a [`WgslProgram`], one WGSL compute
+//! shader per kernel plus everything a WebGPU host needs to run them: buffers with sizes as
+//! expressions of the symbolic dims, bindings, dispatch sizes, the dispatch order, and which
+//! buffers are inputs, parameters and outputs (`schemas/wgsl-program.schema.json`).
+//!
+//! Conventions every shader shares (the schema repeats them for foreign hosts):
+//! - binding 0 of group 0 is the `dims` uniform, `array<vec4<u32>, K>` holding the symbolic
+//!   dims in the order of [`WgslProgram::dims`] (dim `i` is `dims.d[i / 4][i % 4]`), so one set
+//!   of shaders serves every batch and sequence length;
+//! - a kernel of `n` workgroups is dispatched as `(min(n, max_x), ceil(n / max_x), 1)` and
+//!   linearises `workgroup_id.x + workgroup_id.y * num_workgroups.x`;
+//! - values are computed in f32 whatever their dtype, rounded to the dtype after every op, as
+//!   the reference interpreter does in f64; f16, bf16 and f64 are stored as f32 words, i32 and
+//!   i64 as i32 (i64 values outside the i32 range wrap), bool as u32 0 or 1;
+//! - data-dependent failures (a gather index out of range, an integer division by zero, a
+//!   slice past the end) set the `status` buffer to one plus the failing kernel's index.
+//!
+//! Every shader is parsed and validated by naga before it leaves the compiler.
+
+mod attention;
+mod emit;
+mod helpers;
+mod matmul;
+mod pointwise;
+mod rows;
+mod validate;
+
+use crate::plan::MemoryPlan;
+use crate::program::{Buffer, BufferKind, Kernel, Program};
+use rustral_ir::{DType, Dim, Literal, Op};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use thiserror::Error;
+
+/// The format name written in every `program.json`.
+pub const FORMAT: &str = "rustral-wgsl-program";
+/// The format version; bumped when the layout changes incompatibly.
+pub const VERSION: u32 = 1;
+
+/// A WGSL program: what a WebGPU host needs to run a lowered graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WgslProgram {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// The layout version, [`VERSION`].
+    pub version: u32,
+    /// The graph's name.
+    pub name: String,
+    /// Symbolic dims in the order the `dims` uniform holds them.
+    pub dims: Vec<String>,
+    /// Buffers by id.
+    pub buffers: Vec<WgslBuffer>,
+    /// Storage slots: buffers sharing a slot share one device allocation of the largest
+    /// member's size (a liveness plan over the `run` kernels).
+    pub slots: usize,
+    /// Kernels in dispatch order (`init` ones first).
+    pub kernels: Vec<WgslKernel>,
+    /// Named outputs.
+    pub outputs: Vec<NamedBuffer>,
+    /// Dense constants' values by buffer id (written beside the program as tensors named
+    /// `const.<id>`).
+    #[serde(skip)]
+    pub constants: BTreeMap<usize, Vec<f64>>,
+}
+
+/// An output name and its buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedBuffer {
+    /// The graph's output name.
+    pub name: String,
+    /// Buffer id.
+    pub buffer: usize,
+}
+
+/// How a buffer's elements are stored, one 4-byte word each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// f32, f16, bf16 and f64 values.
+    F32,
+    /// i32 and i64 values.
+    I32,
+    /// bool as 0 or 1.
+    U32,
+}
+
+impl Storage {
+    /// The storage of a dtype.
+    pub fn of(dtype: DType) -> Storage {
+        match dtype {
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => Storage::F32,
+            DType::I32 | DType::I64 => Storage::I32,
+            DType::Bool => Storage::U32,
+        }
+    }
+
+    /// The WGSL element type.
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            Storage::F32 => "f32",
+            Storage::I32 => "i32",
+            Storage::U32 => "u32",
+        }
+    }
+}
+
+/// What a buffer holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Role {
+    /// Fed per run.
+    Input {
+        /// The input's name.
+        name: String,
+    },
+    /// Bound once; stored beside the program under this name.
+    Param {
+        /// The parameter's name.
+        name: String,
+    },
+    /// Constant data stored beside the program under `tensor`.
+    Constant {
+        /// The tensor's name in the parameter file.
+        tensor: String,
+    },
+    /// Written by a kernel.
+    Intermediate {
+        /// Storage slot shared with other intermediates whose lives do not overlap; `None` for
+        /// the results of `init` kernels, which keep their own storage.
+        slot: Option<usize>,
+    },
+    /// One atomic u32: 0, or one plus the index of a kernel that hit a data-dependent error.
+    Status,
+}
+
+/// A typed buffer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WgslBuffer {
+    /// The IR dtype of its values.
+    pub dtype: DType,
+    /// How they are stored.
+    pub storage: Storage,
+    /// The IR shape.
+    pub shape: Vec<Dim>,
+    /// Element count (4 bytes each).
+    pub elements: Count,
+    /// What it holds.
+    pub role: Role,
+    /// Module path of the node that made it.
+    pub provenance: String,
+}
+
+/// When a kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Once after parameters are bound and whenever the dims change: its inputs are
+    /// parameters, constants and other `init` results only (weight transposes, iotas, masks).
+    Init,
+    /// Every run.
+    Run,
+}
+
+/// A binding's access mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// `var<storage, read>`.
+    Read,
+    /// `var<storage, read_write>`.
+    ReadWrite,
+}
+
+/// One storage binding of a kernel (group 0; binding 0 is always the `dims` uniform).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    /// The binding number.
+    pub binding: u32,
+    /// The WGSL variable's name.
+    pub name: String,
+    /// Buffer id.
+    pub buffer: usize,
+    /// Access mode.
+    pub access: Access,
+}
+
+/// One compute shader and how to dispatch it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WgslKernel {
+    /// Unique name, also the shader's file name without `.wgsl`.
+    pub name: String,
+    /// The IR op it computes.
+    pub op: String,
+    /// Module path of the (fused) node.
+    pub provenance: String,
+    /// When it runs.
+    pub phase: Phase,
+    /// Entry point.
+    pub entry: String,
+    /// `@workgroup_size`.
+    pub workgroup_size: [u32; 3],
+    /// Total workgroups (dispatched as the module docs say).
+    pub workgroups: Count,
+    /// Storage bindings.
+    pub bindings: Vec<Binding>,
+    /// Workgroup memory in bytes (checked against the adapter's limit).
+    pub workgroup_bytes: u32,
+    /// The WGSL source (written as `<name>.wgsl` on disk).
+    #[serde(skip)]
+    pub source: String,
+}
+
+/// A product of terms `ceil(factor * prod(dims) / div)`: element counts (`div` 1) and
+/// workgroup counts, as expressions of the symbolic dims.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Count(pub Vec<Term>);
+
+/// One factor of a [`Count`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Term {
+    /// Static factor.
+    pub factor: u64,
+    /// Symbolic dims multiplied in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dims: Vec<String>,
+    /// Divisor, rounding up.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub div: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(x: &u64) -> bool {
+    *x == 1
+}
+
+impl Count {
+    /// The element count of a shape.
+    pub fn elements(shape: &[Dim]) -> Count {
+        Count::ceil_div(shape, 1)
+    }
+
+    /// `ceil(prod(shape) / div)`.
+    pub fn ceil_div(shape: &[Dim], div: u64) -> Count {
+        let mut t = Term { factor: 1, dims: vec![], div };
+        for d in shape {
+            match d {
+                Dim::Static(n) => t.factor *= *n as u64,
+                Dim::Sym(s) => t.dims.push(s.clone()),
+            }
+        }
+        Count(vec![t])
+    }
+
+    /// This count times another.
+    pub fn times(mut self, other: Count) -> Count {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// The value under a binding of the symbolic dims.
+    pub fn eval(&self, binding: &BTreeMap<String, usize>) -> Result<u64, String> {
+        let mut total: u64 = 1;
+        for t in &self.0 {
+            let mut v = t.factor;
+            for d in &t.dims {
+                let n = binding.get(d).ok_or_else(|| format!("symbol {d} is not bound"))?;
+                v = v.checked_mul(*n as u64).ok_or("size overflows u64")?;
+            }
+            if t.div == 0 {
+                return Err("a count divides by zero".into());
+            }
+            total = total.checked_mul(v.div_ceil(t.div)).ok_or("size overflows u64")?;
+        }
+        Ok(total)
+    }
+}
+
+/// Why WGSL lowering failed.
+#[derive(Debug, Error)]
+pub enum WgslError {
+    /// A generated shader did not validate: a compiler bug, reported with the shader.
+    #[error(
+        "WGSL for kernel {kernel} ({op} at {provenance:?}) does not validate (a compiler bug):\n{message}\n--- shader ---\n{shader}"
+    )]
+    Invalid {
+        /// Kernel name.
+        kernel: String,
+        /// Its op.
+        op: String,
+        /// Module path of the node.
+        provenance: String,
+        /// naga's message.
+        message: String,
+        /// The shader.
+        shader: String,
+    },
+    /// An op the WGSL target cannot express.
+    #[error("kernel {kernel} ({op} at {provenance:?}): {message}")]
+    Unsupported {
+        /// Kernel name.
+        kernel: String,
+        /// Its op.
+        op: String,
+        /// Module path of the node.
+        provenance: String,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What kernel generators see of a buffer.
+#[derive(Clone, Debug)]
+pub(crate) struct Operand {
+    pub dtype: DType,
+    pub storage: Storage,
+    pub shape: Vec<Dim>,
+}
+
+impl Operand {
+    fn of(b: &Buffer) -> Operand {
+        Operand { dtype: b.ty.dtype, storage: Storage::of(b.ty.dtype), shape: b.ty.shape.0.clone() }
+    }
+}
+
+/// A kernel as a generator made it, before it is numbered and validated.
+pub(crate) struct Generated {
+    pub source: String,
+    pub workgroup_size: u32,
+    pub workgroups: Count,
+    /// Operand binding names, in operand order (the output is `out`).
+    pub names: Vec<String>,
+    pub status: bool,
+    pub workgroup_bytes: u32,
+}
+
+/// Lower a program to WGSL; `name` is the graph's name.
+pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
+    let syms: BTreeSet<String> = p
+        .buffers
+        .iter()
+        .flat_map(|b| {
+            b.ty.shape.0.iter().filter_map(|d| match d {
+                Dim::Sym(s) => Some(s.clone()),
+                Dim::Static(_) => None,
+            })
+        })
+        .collect();
+    let dims: Vec<String> = syms.into_iter().collect();
+    let ctx = emit::Ctx { dims: &dims };
+
+    // Sources other than inputs, params and dense constants become init kernels.
+    let mut kernels: Vec<Kernel> = Vec::new();
+    let mut constants = BTreeMap::new();
+    for (b, buf) in p.buffers.iter().enumerate() {
+        if let BufferKind::Constant(op) = &buf.kind {
+            match op {
+                Op::Constant { value: Literal::Dense(vs) } => {
+                    constants.insert(b, vs.iter().map(|v| v.0).collect());
+                }
+                op => kernels.push(Kernel {
+                    op: op.clone(),
+                    name: op.name().to_string(),
+                    inputs: vec![],
+                    output: b,
+                    provenance: buf.provenance.clone(),
+                }),
+            }
+        }
+    }
+    // Kernels reading only parameters, constants and init results run once (init phase).
+    let mut fixed: BTreeSet<usize> = p
+        .buffers
+        .iter()
+        .enumerate()
+        .filter(|(b, buf)| matches!(buf.kind, BufferKind::Param(_)) || constants.contains_key(b))
+        .map(|(b, _)| b)
+        .collect();
+    fixed.extend(kernels.iter().map(|k| k.output));
+    let mut run = Vec::new();
+    for k in &p.kernels {
+        if k.inputs.iter().all(|i| fixed.contains(i)) {
+            fixed.insert(k.output);
+            kernels.push(k.clone());
+        } else {
+            run.push(k.clone());
+        }
+    }
+    let n_init = kernels.len();
+    kernels.extend(run);
+
+    let slot_of = plan_slots(p, &kernels[n_init..], &fixed);
+    let mut buffers: Vec<WgslBuffer> = p
+        .buffers
+        .iter()
+        .enumerate()
+        .map(|(b, buf)| WgslBuffer {
+            dtype: buf.ty.dtype,
+            storage: Storage::of(buf.ty.dtype),
+            shape: buf.ty.shape.0.clone(),
+            elements: Count::elements(&buf.ty.shape.0),
+            role: match &buf.kind {
+                BufferKind::Input(n) => Role::Input { name: n.clone() },
+                BufferKind::Param(n) => Role::Param { name: n.clone() },
+                BufferKind::Constant(_) if constants.contains_key(&b) => {
+                    Role::Constant { tensor: format!("const.{b}") }
+                }
+                _ => Role::Intermediate { slot: slot_of.get(&b).copied() },
+            },
+            provenance: buf.provenance.clone(),
+        })
+        .collect();
+    let slots = slot_of.values().map(|s| s + 1).max().unwrap_or(0);
+
+    let mut out = Vec::with_capacity(kernels.len());
+    let mut status_buffer = None;
+    for (i, k) in kernels.iter().enumerate() {
+        let kname = format!("k{i:03}_{}", k.name);
+        let operands: Vec<Operand> = k.inputs.iter().map(|&b| Operand::of(&p.buffers[b])).collect();
+        let result = Operand::of(&p.buffers[k.output]);
+        let head = emit::Head { index: i, graph: name, op: &k.op, provenance: &k.provenance };
+        let unsupported = |message: String| WgslError::Unsupported {
+            kernel: kname.clone(),
+            op: k.name.clone(),
+            provenance: k.provenance.clone(),
+            message,
+        };
+        let g = generate(&ctx, &head, &k.op, &operands, &result).map_err(unsupported)?;
+        let mut bindings: Vec<Binding> = k
+            .inputs
+            .iter()
+            .zip(&g.names)
+            .enumerate()
+            .map(|(j, (&buffer, n))| Binding { binding: j as u32 + 1, name: n.clone(), buffer, access: Access::Read })
+            .collect();
+        bindings.push(Binding {
+            binding: bindings.len() as u32 + 1,
+            name: "out".into(),
+            buffer: k.output,
+            access: Access::ReadWrite,
+        });
+        if g.status {
+            let s = *status_buffer.get_or_insert_with(|| {
+                buffers.push(WgslBuffer {
+                    dtype: DType::I32,
+                    storage: Storage::U32,
+                    shape: vec![Dim::Static(1)],
+                    elements: Count::elements(&[Dim::Static(1)]),
+                    role: Role::Status,
+                    provenance: String::new(),
+                });
+                buffers.len() - 1
+            });
+            bindings.push(Binding {
+                binding: bindings.len() as u32 + 1,
+                name: "status".into(),
+                buffer: s,
+                access: Access::ReadWrite,
+            });
+        }
+        let kernel = WgslKernel {
+            name: kname,
+            op: k.name.clone(),
+            provenance: k.provenance.clone(),
+            phase: if i < n_init { Phase::Init } else { Phase::Run },
+            entry: "main".into(),
+            workgroup_size: [g.workgroup_size, 1, 1],
+            workgroups: g.workgroups,
+            bindings,
+            workgroup_bytes: g.workgroup_bytes,
+            source: g.source,
+        };
+        validate::check(&kernel)?;
+        out.push(kernel);
+    }
+    Ok(WgslProgram {
+        format: FORMAT.into(),
+        version: VERSION,
+        name: name.into(),
+        dims,
+        buffers,
+        slots,
+        kernels: out,
+        outputs: p.outputs.iter().map(|(n, b)| NamedBuffer { name: n.clone(), buffer: *b }).collect(),
+        constants,
+    })
+}
+
+/// Storage slots for the intermediates the `run` kernels write (`init` results and
+/// everything else keep their own storage, since a later run reads them again).
+fn plan_slots(p: &Program, run: &[Kernel], fixed: &BTreeSet<usize>) -> BTreeMap<usize, usize> {
+    let buffers: Vec<Buffer> = p
+        .buffers
+        .iter()
+        .enumerate()
+        .map(|(b, buf)| {
+            let mut buf = buf.clone();
+            if fixed.contains(&b) {
+                buf.kind = BufferKind::Constant(Op::Iota { axis: 0 });
+            }
+            buf
+        })
+        .collect();
+    MemoryPlan::new(&buffers, run, &p.outputs).slot_of
+}
+
+fn generate(
+    ctx: &emit::Ctx,
+    head: &emit::Head,
+    op: &Op,
+    operands: &[Operand],
+    out: &Operand,
+) -> Result<Generated, String> {
+    match op {
+        Op::Reduce { op: r, axes, .. } => Ok(rows::reduce(ctx, head, *r, axes, &operands[0], out)),
+        Op::LayerNorm { eps } => Ok(rows::norm(ctx, head, eps.0, true, operands, out)),
+        Op::RmsNorm { eps } => Ok(rows::norm(ctx, head, eps.0, false, operands, out)),
+        Op::Softmax { axis } => Ok(rows::softmax(ctx, head, *axis, &operands[0], out)),
+        Op::MatMul => Ok(matmul::matmul(ctx, head, rustral_ir::Activation::None, operands, out)),
+        Op::MatMulEpilogue { activation } => Ok(matmul::matmul(ctx, head, *activation, operands, out)),
+        Op::Attention { scale, causal } => attention::attention(ctx, head, scale.0, *causal, operands, out),
+        _ => pointwise::pointwise(ctx, head, op, operands, out),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,155 @@
+//! Kernels with one workgroup per output row: reductions over any axes, LayerNorm and RMSNorm
+//! over the last axis, softmax along any axis. Each invocation accumulates a strided part of
+//! the row; the parts meet in a tree in workgroup memory.
+
+use super::emit::{Ctx, Head, Shader};
+use super::helpers::{self, Helper};
+use super::{Count, Generated, Operand};
+use rustral_ir::{Dim, ReduceOp};
+
+/// Lines combining every invocation's `value` with `combine` (a template over `$a` and `$b`)
+/// into `let {name}` in workgroup memory `red`, leaving it free for the next reduction.
+pub(crate) fn tree(sh: &mut Shader, at: usize, wg: u32, value: &str, combine: &str, name: &str) {
+    let c = combine.replace("$a", "red[lid]").replace("$b", "red[lid + s]");
+    sh.line(at, &format!("red[lid] = {value};"));
+    sh.line(at, "workgroupBarrier();");
+    sh.line(at, &format!("for (var s = {}u; s > 0u; s = s >> 1u) {{", wg / 2));
+    sh.line(at + 1, &format!("if (lid < s) {{ red[lid] = {c}; }}"));
+    sh.line(at + 1, "workgroupBarrier();");
+    sh.line(at, "}");
+    sh.line(at, &format!("let {name} = red[0];"));
+    sh.line(at, "workgroupBarrier();");
+}
+
+fn generated(sh: Shader, ctx: &Ctx, workgroups: Count, names: Vec<String>) -> Generated {
+    let (status, workgroup_size, workgroup_bytes) = (sh.status, sh.workgroup_size, sh.workgroup_bytes());
+    Generated { source: sh.finish(ctx), workgroup_size, workgroups, names, status, workgroup_bytes }
+}
+
+/// `reduce_{sum,mean,max,min}` over `axes`: one workgroup per output element.
+pub(crate) fn reduce(ctx: &Ctx, head: &Head, r: ReduceOp, axes: &[usize], x: &Operand, out: &Operand) -> Generated {
+    const WG: u32 = 64;
+    let mut sh = Shader::new(head, &[("x", x)], out, WG);
+    sh.shared("red", WG);
+    sh.need(Helper::Special);
+    let shape = &x.shape;
+    let strides = ctx.strides(shape);
+    let kept: Vec<Dim> = shape.iter().enumerate().filter(|(k, _)| !axes.contains(k)).map(|(_, d)| d.clone()).collect();
+    let reduced: Vec<Dim> = axes.iter().map(|&k| shape[k].clone()).collect();
+    sh.line(1, &format!("if (group >= {}) {{ return; }}", ctx.prod(&kept)));
+    sh.push(&ctx.unravel("group", "x", shape, |k| !axes.contains(&k)));
+    let offset = |prefix: &str, keep: &dyn Fn(usize) -> bool| {
+        let terms: Vec<String> =
+            (0..shape.len()).filter(|&k| keep(k)).map(|k| format!("{prefix}{k} * {}", strides[k])).collect();
+        if terms.is_empty() { "0u".to_string() } else { terms.join(" + ") }
+    };
+    sh.line(1, &format!("let base = {};", offset("x", &|k| !axes.contains(&k))));
+    let count = ctx.prod(&reduced);
+    let (init, combine) = match r {
+        ReduceOp::Sum | ReduceOp::Mean => ("0.0", "$a + $b"),
+        ReduceOp::Max => ("-inf()", "max_($a, $b)"),
+        ReduceOp::Min => ("inf()", "min_($a, $b)"),
+    };
+    if matches!(r, ReduceOp::Max | ReduceOp::Min) {
+        sh.need(Helper::MaxMin);
+    }
+    sh.line(1, &format!("var acc = {init};"));
+    sh.line(1, &format!("for (var j = lid; j < {count}; j = j + {WG}u) {{"));
+    let body = ctx.unravel("j", "r", shape, |k| axes.contains(&k));
+    sh.push(&body.lines().map(|l| format!("    {l}\n")).collect::<String>());
+    let load = sh.load("x", &format!("base + {}", offset("r", &|k| axes.contains(&k))));
+    sh.line(2, &format!("acc = {};", combine.replace("$a", "acc").replace("$b", &load)));
+    sh.line(1, "}");
+    tree(&mut sh, 1, WG, "acc", combine, "total");
+    let v = match r {
+        ReduceOp::Mean => format!("total / f32({count})"),
+        _ => "total".into(),
+    };
+    let v = helpers::round(&mut sh, out.dtype, &v);
+    let store = sh.store("group", &v);
+    sh.line(1, &format!("if (lid == 0u) {{ {store} }}"));
+    generated(sh, ctx, Count::elements(&kept), vec!["x".into()])
+}
+
+/// LayerNorm (`center`) or RMSNorm over the last axis: one workgroup per row, two passes
+/// (mean, then the variance about it) and a write.
+pub(crate) fn norm(ctx: &Ctx, head: &Head, eps: f64, center: bool, ops: &[Operand], out: &Operand) -> Generated {
+    const WG: u32 = 256;
+    let names: Vec<String> = ["x", "gamma", "beta"].iter().take(ops.len()).map(|s| s.to_string()).collect();
+    let inputs: Vec<(&str, &Operand)> = names.iter().map(String::as_str).zip(ops).collect();
+    let mut sh = Shader::new(head, &inputs, out, WG);
+    sh.shared("red", WG);
+    sh.need(Helper::Sqrt);
+    let shape = &ops[0].shape;
+    let rank = shape.len();
+    let (rows, len) = (ctx.prod(&shape[..rank - 1]), ctx.dim(&shape[rank - 1]));
+    sh.line(1, &format!("if (group >= {rows}) {{ return; }}"));
+    sh.line(1, &format!("let base = group * {len};"));
+    let x = sh.load("x", "base + j");
+    let each = format!("for (var j = lid; j < {len}; j = j + {WG}u) {{");
+    sh.line(1, "var acc = 0.0;");
+    if center {
+        sh.line(1, &each);
+        sh.line(2, &format!("acc = acc + {x};"));
+        sh.line(1, "}");
+        tree(&mut sh, 1, WG, "acc", "$a + $b", "sum");
+        sh.line(1, &format!("let mean = sum / f32({len});"));
+    } else {
+        sh.line(1, "let mean = 0.0;");
+    }
+    sh.line(1, "acc = 0.0;");
+    sh.line(1, &each);
+    sh.line(2, &format!("let d = {x} - mean;"));
+    sh.line(2, "acc = acc + d * d;");
+    sh.line(1, "}");
+    tree(&mut sh, 1, WG, "acc", "$a + $b", "sq");
+    let eps = helpers::literal(&mut sh, eps);
+    sh.line(1, &format!("let inv = 1.0 / sqrt_(sq / f32({len}) + {eps});"));
+    sh.line(1, &each);
+    let mut v = format!("({x} - mean) * inv");
+    if ops.len() > 1 {
+        v = format!("{v} * {}", sh.load("gamma", "j"));
+    }
+    if ops.len() > 2 {
+        v = format!("{v} + {}", sh.load("beta", "j"));
+    }
+    let v = helpers::round(&mut sh, out.dtype, &v);
+    let store = sh.store("base + j", &v);
+    sh.line(2, &store);
+    sh.line(1, "}");
+    generated(sh, ctx, Count::elements(&shape[..rank - 1]), names)
+}
+
+/// Softmax along `axis`: one workgroup per row (every index but `axis`), a max pass, a sum of
+/// exponentials, and a write.
+pub(crate) fn softmax(ctx: &Ctx, head: &Head, axis: usize, x: &Operand, out: &Operand) -> Generated {
+    const WG: u32 = 256;
+    let mut sh = Shader::new(head, &[("x", x)], out, WG);
+    sh.shared("red", WG);
+    sh.need(Helper::MaxMin);
+    sh.need(Helper::Exp);
+    let shape = &x.shape;
+    let others: Vec<Dim> = shape.iter().enumerate().filter(|(k, _)| *k != axis).map(|(_, d)| d.clone()).collect();
+    let (inner, len) = (ctx.prod(&shape[axis + 1..]), ctx.dim(&shape[axis]));
+    sh.line(1, &format!("if (group >= {}) {{ return; }}", ctx.prod(&others)));
+    sh.line(1, &format!("let base = (group / {inner}) * {len} * {inner} + group % {inner};"));
+    let at = if inner == "1u" { "base + j".to_string() } else { format!("base + j * {inner}") };
+    let x = sh.load("x", &at);
+    let each = format!("for (var j = lid; j < {len}; j = j + {WG}u) {{");
+    sh.line(1, "var acc = -inf();");
+    sh.line(1, &each);
+    sh.line(2, &format!("acc = max_(acc, {x});"));
+    sh.line(1, "}");
+    tree(&mut sh, 1, WG, "acc", "max_($a, $b)", "m");
+    sh.line(1, "acc = 0.0;");
+    sh.line(1, &each);
+    sh.line(2, &format!("acc = acc + exp_({x} - m);"));
+    sh.line(1, "}");
+    tree(&mut sh, 1, WG, "acc", "$a + $b", "sum");
+    sh.line(1, &each);
+    let v = helpers::round(&mut sh, out.dtype, &format!("exp_({x} - m) / sum"));
+    let store = sh.store(&at, &v);
+    sh.line(2, &store);
+    sh.line(1, "}");
+    generated(sh, ctx, Count::elements(&others), vec!["x".into()])
+}

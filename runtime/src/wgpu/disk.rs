@@ -1,0 +1,109 @@
+//! A WGSL program on disk: `program.json` (see `schemas/wgsl-program.schema.json`), one
+//! `<kernel>.wgsl` per kernel, and `params.safetensors` with every parameter and dense
+//! constant stored as the words the buffers hold (F32, I32 or U32), so any WebGPU host can
+//! upload them as they are.
+
+use super::{WgpuError, values, words};
+use crate::tensor::HostTensor;
+use rustral_lowering::wgsl::{FORMAT, Role, Storage, VERSION, WgslProgram};
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// The parameter file's name.
+pub const PARAMS: &str = "params.safetensors";
+
+fn io(path: &Path, e: impl std::fmt::Display) -> WgpuError {
+    WgpuError::Disk { path: path.display().to_string(), message: e.to_string() }
+}
+
+/// Write `program` and its parameters into `dir` (created if missing). Files are
+/// byte-identical for identical inputs.
+pub fn save(dir: &Path, program: &WgslProgram, params: &HashMap<String, HostTensor>) -> Result<(), WgpuError> {
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let json = dir.join("program.json");
+    let mut text = serde_json::to_string_pretty(program).map_err(|e| io(&json, e))?;
+    text.push('\n');
+    std::fs::write(&json, text).map_err(|e| io(&json, e))?;
+    for k in &program.kernels {
+        let path = dir.join(format!("{}.wgsl", k.name));
+        std::fs::write(&path, &k.source).map_err(|e| io(&path, e))?;
+    }
+    let mut tensors: BTreeMap<String, (Storage, Vec<usize>, Vec<u8>)> = BTreeMap::new();
+    for (b, buf) in program.buffers.iter().enumerate() {
+        let (name, shape, data) = match &buf.role {
+            Role::Param { name } => {
+                let v = params.get(name).ok_or_else(|| io(dir, format!("no value for parameter {name:?}")))?;
+                (name.clone(), v.shape().to_vec(), v.to_vec())
+            }
+            Role::Constant { tensor } => {
+                let data =
+                    program.constants.get(&b).ok_or_else(|| io(dir, format!("no data for constant {tensor}")))?;
+                (tensor.clone(), buf.shape.iter().map(|d| d.as_static().unwrap_or(0)).collect(), data.clone())
+            }
+            _ => continue,
+        };
+        let bytes: Vec<u8> = words(buf.storage, &data).iter().flat_map(|w| w.to_le_bytes()).collect();
+        tensors.insert(name, (buf.storage, shape, bytes));
+    }
+    let path = dir.join(PARAMS);
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, (s, shape, bytes))| {
+            Ok((n.clone(), TensorView::new(dtype(*s), shape.clone(), bytes).map_err(|e| io(&path, e))?))
+        })
+        .collect::<Result<_, WgpuError>>()?;
+    let bytes = safetensors::serialize(views, None).map_err(|e| io(&path, e))?;
+    std::fs::write(&path, bytes).map_err(|e| io(&path, e))
+}
+
+/// Read a program written by [`save`], with its parameters by name (dense constants go back
+/// into the program).
+pub fn load(dir: &Path) -> Result<(WgslProgram, HashMap<String, HostTensor>), WgpuError> {
+    let json = dir.join("program.json");
+    let text = std::fs::read_to_string(&json).map_err(|e| io(&json, e))?;
+    let mut program: WgslProgram = serde_json::from_str(&text).map_err(|e| io(&json, e))?;
+    if program.format != FORMAT || program.version != VERSION {
+        return Err(io(
+            &json,
+            format!("format {} version {} (this reads {FORMAT} version {VERSION})", program.format, program.version),
+        ));
+    }
+    for k in &mut program.kernels {
+        let path = dir.join(format!("{}.wgsl", k.name));
+        k.source = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+    }
+    let path = dir.join(PARAMS);
+    let bytes = std::fs::read(&path).map_err(|e| io(&path, e))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| io(&path, e))?;
+    let mut params = HashMap::new();
+    for b in 0..program.buffers.len() {
+        let buf = &program.buffers[b];
+        let name = match &buf.role {
+            Role::Param { name } => name.clone(),
+            Role::Constant { tensor } => tensor.clone(),
+            _ => continue,
+        };
+        let t = file.tensor(&name).map_err(|e| io(&path, format!("{name}: {e}")))?;
+        if t.dtype() != dtype(buf.storage) {
+            return Err(io(&path, format!("{name} is {:?}, the program stores {:?}", t.dtype(), buf.storage)));
+        }
+        let stored: Vec<u32> = t.data().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        let data = values(buf.storage, &stored);
+        if matches!(buf.role, Role::Constant { .. }) {
+            program.constants.insert(b, data);
+        } else {
+            let v = HostTensor::new(buf.dtype, t.shape(), data).map_err(|e| io(&path, format!("{name}: {e}")))?;
+            params.insert(name, v);
+        }
+    }
+    Ok((program, params))
+}
+
+fn dtype(s: Storage) -> Dtype {
+    match s {
+        Storage::F32 => Dtype::F32,
+        Storage::I32 => Dtype::I32,
+        Storage::U32 => Dtype::U32,
+    }
+}

@@ -1,0 +1,117 @@
+//! Helpers shared by the target tests: seeded inputs, the reference's outputs, tolerance
+//! checks and the small models every target must run.
+
+#![allow(dead_code)]
+
+use rustral::frontend::{ParamStore, TraceOptions, Traced, trace, trace_named};
+use rustral::ir::Graph;
+use rustral::models::{Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel};
+use rustral::prelude::*;
+use rustral::runtime::reference::evaluate;
+use std::collections::HashMap;
+
+pub fn values(seed: u64, n: usize) -> Vec<f64> {
+    rustral::runtime::seeded_values(seed, n)
+}
+
+/// Inputs for `g` (not params): ids below `vocab`, masks with the last position padded.
+pub fn inputs(g: &Graph, batch: usize, seq: usize, vocab: usize) -> Vec<(String, HostTensor)> {
+    g.inputs()
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, id))| {
+            let ty = &g.node(id).unwrap().ty;
+            let shape = ty.shape.resolve(|s| if s == "batch" { batch } else { seq });
+            let n: usize = shape.iter().product();
+            let data: Vec<f64> = if name.contains("type") {
+                vec![0.0; n]
+            } else if ty.dtype.is_int() {
+                (0..n).map(|k| ((k * 7 + i) % vocab) as f64).collect()
+            } else if name.contains("mask") {
+                (0..n).map(|k| if (k + 1) % seq == 0 && seq > 1 { 0.0 } else { 1.0 }).collect()
+            } else {
+                values(i as u64 + 3, n)
+            };
+            (name, HostTensor::new(ty.dtype, &shape, data).unwrap())
+        })
+        .collect()
+}
+
+pub fn reference(g: &Graph, store: &ParamStore, feeds: &[(String, HostTensor)]) -> Vec<(String, HostTensor)> {
+    let mut all: HashMap<String, HostTensor> =
+        store.iter().map(|(n, v)| (n.clone(), HostTensor::new(v.dtype, &v.shape, v.data.clone()).unwrap())).collect();
+    all.extend(feeds.iter().cloned());
+    evaluate(g, &all).unwrap()
+}
+
+/// Largest absolute difference; panics past `atol + rtol * |reference|`, naming `what` ran.
+pub fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, rtol: f64, what: &str) -> f64 {
+    let mut worst: f64 = 0.0;
+    for ((na, ta), (_, tb)) in a.iter().zip(b) {
+        assert_eq!(ta.shape(), tb.shape(), "{na}");
+        for (x, y) in ta.to_vec().iter().zip(tb.to_vec()) {
+            if (x.is_nan() && y.is_nan()) || x == &y {
+                continue;
+            }
+            let d = (x - y).abs();
+            assert!(d <= atol + rtol * x.abs(), "{na} on {what}: reference {x} vs target {y}");
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+pub fn models() -> Vec<(&'static str, Traced)> {
+    let opts = TraceOptions::default;
+    let mlp = MlpModel { config: MlpConfig::default() };
+    let bert = Bert { config: BertConfig::tiny(2) };
+    let gpt2 = Gpt2 { config: Gpt2Config::tiny(2) };
+    let llama = Llama { config: LlamaConfig::tiny(2) };
+    vec![
+        ("mlp", trace(opts(), |ctx| Ok(vec![mlp.trace(ctx)?])).unwrap()),
+        (
+            "bert",
+            trace_named(opts(), |ctx| {
+                let (ids, types, mask) = bert.inputs(ctx)?;
+                let h = bert.forward(ctx, &ids, &types, &mask)?;
+                let e = bert.sentence_embedding(ctx, &h, &mask)?;
+                Ok(vec![("hidden".into(), h), ("embeddings".into(), e)])
+            })
+            .unwrap(),
+        ),
+        (
+            "gpt2",
+            trace(opts(), |ctx| {
+                let x = gpt2.input(ctx)?;
+                Ok(vec![gpt2.forward(ctx, &x)?])
+            })
+            .unwrap(),
+        ),
+        (
+            "llama",
+            trace(opts(), |ctx| {
+                let x = llama.input(ctx)?;
+                Ok(vec![llama.forward(ctx, &x)?])
+            })
+            .unwrap(),
+        ),
+    ]
+}
+
+/// Whether the WGSL target's tests can run: true with an adapter. Without one they fail,
+/// naming what to install, unless `RUSTRAL_SKIP_WGPU=1` allows skipping on a developer's
+/// machine (never in CI, where `CI` is set).
+pub fn wgsl_available() -> bool {
+    match rustral::runtime::wgpu::Gpu::new() {
+        Ok(_) => true,
+        Err(e) => {
+            let skip = std::env::var("RUSTRAL_SKIP_WGPU").as_deref() == Ok("1");
+            if skip && std::env::var_os("CI").is_none() {
+                eprintln!("!!!!! SKIPPING the WGSL target's tests: {e} (RUSTRAL_SKIP_WGPU=1) !!!!!");
+                false
+            } else {
+                panic!("{e}\nThe WGSL target's tests need an adapter; RUSTRAL_SKIP_WGPU=1 skips them outside CI.")
+            }
+        }
+    }
+}
