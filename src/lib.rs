@@ -24,6 +24,9 @@ pub use session::{CompileOptions, Session, Target};
 /// Any error a Rustral program can meet, from tracing to running.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A session method asked of a target that does not have it.
+    #[error("{0}")]
+    Usage(String),
     /// Tracing or parameter handling failed.
     #[error(transparent)]
     Frontend(#[from] rustral_frontend::Error),

@@ -142,6 +142,16 @@ impl Session {
         }
     }
 
+    /// On the WGSL target: write the program folder (`program.json`, one `.wgsl` per kernel,
+    /// `params.safetensors` with the bound parameters) that any WebGPU host can run.
+    #[cfg(feature = "wgsl")]
+    pub fn save_wgsl(&self, dir: &std::path::Path) -> Result<()> {
+        match &self.backend {
+            Backend::Wgsl(w, _) => Ok(rustral_runtime::wgpu::save(dir, w.program(), &self.params)?),
+            _ => Err(crate::Error::Usage("save_wgsl needs a session compiled for Target::Wgsl".into())),
+        }
+    }
+
     /// Kernels dispatched per run on the lowered targets (those reading only parameters and
     /// constants run once when they are bound, on the Candle and WGSL targets).
     pub fn dispatches(&self) -> Option<usize> {

@@ -6,6 +6,8 @@
 use assert_cmd::Command;
 use std::path::{Path, PathBuf};
 
+mod common;
+
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
@@ -40,8 +42,12 @@ fn user_error(c: &mut Command, needles: &[&str]) {
 
 #[test]
 fn example_model_files_match_the_reference_on_every_target() {
+    let mut targets = vec!["cpu", "reference", "candle-cpu"];
+    if common::wgsl_available() {
+        targets.push("wgsl");
+    }
     for file in ["mlp.rs", "layer_norm.rs", "gpt2_block.rs"] {
-        for target in ["cpu", "reference", "candle-cpu"] {
+        for &target in &targets {
             for level in ["-O0", "-O2"] {
                 let path = format!("models/examples/{file}");
                 let out = stdout(cli().args([&path, "--target", target, level, "--check", "-q"]));
@@ -105,6 +111,33 @@ fn out_dir_holds_every_emit_and_the_run_timings() {
     assert_eq!(stats["candle"]["native"]["layer_norm"], 1, "{stats}");
 }
 
+/// `--target wgsl -o DIR`: the program folder (program.json, one shader per kernel, the
+/// parameters) and, in stats.json, the adapter and how many dispatches a run makes.
+#[test]
+fn the_wgsl_target_writes_a_program_folder() {
+    if !common::wgsl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    stdout(cli().args(["models/examples/gpt2_block.rs", "--target", "wgsl", "-o", d, "-q"]));
+    let wgsl = dir.path().join("wgsl");
+    let program: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(wgsl.join("program.json")).unwrap()).unwrap();
+    let kernels = program["kernels"].as_array().unwrap();
+    assert!(kernels.iter().any(|k| k["op"] == "attention"), "{program}");
+    for k in kernels {
+        let shader = std::fs::read_to_string(wgsl.join(format!("{}.wgsl", k["name"].as_str().unwrap()))).unwrap();
+        assert!(shader.contains("@compute"), "{shader}");
+    }
+    assert!(wgsl.join("params.safetensors").is_file());
+    stdout(cli().args(["models/examples/gpt2_block.rs", "--target", "wgsl", "--emit", "stats", "-o", d, "-q"]));
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+    assert_eq!(stats["wgsl"]["dispatches"], stats["dispatches"], "{stats}");
+    assert!(stats["wgsl"]["adapter"].as_str().unwrap().len() > 3, "{stats}");
+}
+
 /// Outputs saved as .npy, fed back as an input of another model, and checked there.
 #[test]
 fn npy_inputs_and_outputs() {
@@ -136,7 +169,8 @@ fn user_errors_are_one_clear_message() {
         cli().args(["examples/ir/gelu_mlp.rir", "--disable-pass", "fuse-magic"]),
         &["unknown pass \"fuse-magic\"", "valid passes:", "fuse-layer-norm"],
     );
-    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl"]), &["target wgsl is not available"]);
+    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--emit", "wgsl", "-o", "x"]), &["add --target wgsl"]);
+    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl", "--emit", "wgsl"]), &["give -o DIR"]);
     #[cfg(not(feature = "cuda"))]
     user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "candle-cuda"]), &["the `cuda` cargo feature"]);
     user_error(cli().args(["examples/ir/gelu_mlp.rir", "--emit", "ir,opt-ir"]), &["need -o DIR"]);

@@ -1,11 +1,13 @@
-//! all-MiniLM-L6-v2 with its real weights on the CPU and Candle (CPU device) targets at O0 and
-//! O2, against sentence-transformers' embeddings (`../shared/fixtures/minilm`), tolerance 1e-4
+//! all-MiniLM-L6-v2 with its real weights on the CPU, Candle (CPU device) and WGSL targets at O0
+//! and O2, against sentence-transformers' embeddings (`../shared/fixtures/minilm`), tolerance 1e-4
 //! absolute.
 
 use rustral::frontend::{ParamStore, TraceOptions, trace_named};
 use rustral::models::{Bert, BertConfig, find_minilm_dir};
 use rustral::prelude::*;
 use std::path::PathBuf;
+
+mod common;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/minilm").join(name)
@@ -38,7 +40,10 @@ fn minilm_embeddings_on_every_target_match_sentence_transformers() {
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture("embeddings.json")).unwrap()).unwrap();
     let want = rows(&want["embeddings"]);
-    let targets = [("cpu", Target::Cpu), ("candle-cpu", Target::Candle(rustral::runtime::candle::Device::Cpu))];
+    let mut targets = vec![("cpu", Target::Cpu), ("candle-cpu", Target::Candle(rustral::runtime::candle::Device::Cpu))];
+    if common::wgsl_available() {
+        targets.push(("wgsl", Target::Wgsl));
+    }
     for (name, target) in targets {
         for level in [OptLevel::O0, OptLevel::O2] {
             let options = CompileOptions { level, ..CompileOptions::default() };

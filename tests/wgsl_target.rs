@@ -4,6 +4,7 @@
 
 use proptest::prelude::*;
 use rustral::frontend::ParamStore;
+use rustral::ir::DType;
 use rustral::prelude::*;
 use rustral::runtime::reference::evaluate;
 use std::collections::HashMap;
@@ -90,4 +91,81 @@ proptest! {
             max_error(&want, &got, 1e-3, 1e-3, &format!("wgsl {level:?} on\n{}", rustral::ir::print(&g)));
         }
     }
+}
+
+/// The tiny BERT (gathers, masks, LayerNorm, attention) written to disk: program.json
+/// follows its schema, every kernel has its shader file, two writes are byte-identical, and
+/// the program loaded from the folder alone gives the session's outputs bit for bit.
+#[test]
+fn a_program_on_disk_follows_its_schema_and_runs_from_the_folder_alone() {
+    if !wgsl_available() {
+        return;
+    }
+    let (_, t) = models().remove(1);
+    let store = ParamStore::init(&t.params, 5);
+    let mut s = Session::compile(&t.graph, Target::Wgsl, &CompileOptions::default()).unwrap();
+    s.bind(&store).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    s.save_wgsl(&a).unwrap();
+    s.save_wgsl(&b).unwrap();
+    let (program, _) = s.wgsl().unwrap();
+    let mut files: Vec<String> = program.kernels.iter().map(|k| format!("{}.wgsl", k.name)).collect();
+    files.extend(["program.json".into(), "params.safetensors".into()]);
+    for f in &files {
+        assert_eq!(std::fs::read(a.join(f)).unwrap(), std::fs::read(b.join(f)).unwrap(), "{f} differs between writes");
+    }
+    assert_eq!(std::fs::read_dir(&a).unwrap().count(), files.len(), "nothing else is written");
+
+    let schema: serde_json::Value = serde_json::from_str(include_str!("../schemas/wgsl-program.schema.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(a.join("program.json")).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(&json).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+
+    let loaded = rustral::runtime::wgpu::WgpuProgram::open(&a).unwrap();
+    let feeds = inputs(&t.graph, 2, 5, 50);
+    let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let want = s.run(&refs).unwrap();
+    let got = loaded.run(&feeds.iter().cloned().collect()).unwrap();
+    for ((n, x), (_, y)) in want.iter().zip(&got) {
+        assert_eq!(x.to_vec(), y.to_vec(), "{n}");
+    }
+}
+
+/// A token id past the vocabulary is an error naming the gather's kernel and module, not a
+/// silent read past the table.
+#[test]
+fn a_gather_index_out_of_range_is_an_error_naming_the_kernel() {
+    if !wgsl_available() {
+        return;
+    }
+    let (_, t) = models().remove(1);
+    let mut s = Session::compile(&t.graph, Target::Wgsl, &CompileOptions::default()).unwrap();
+    s.bind(&ParamStore::init(&t.params, 5)).unwrap();
+    let mut feeds = inputs(&t.graph, 1, 3, 50);
+    let ids = feeds.iter_mut().find(|(n, _)| n == "input_ids").unwrap();
+    ids.1 = HostTensor::new(DType::I64, &[1, 3], vec![1.0, 100_000.0, 2.0]).unwrap();
+    let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let err = s.run(&refs).unwrap_err().to_string();
+    assert!(err.contains("gather") && err.contains("word_embeddings") && err.contains("out of range"), "{err}");
+    // The next run with valid ids is unaffected.
+    let ok = inputs(&t.graph, 1, 3, 50);
+    let refs: Vec<(&str, HostTensor)> = ok.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    s.run(&refs).unwrap();
+}
+
+/// A kernel that needs more than the adapter allows fails when the program is loaded, naming
+/// the limit and the kernel.
+#[test]
+fn a_program_over_the_adapters_limits_names_the_limit() {
+    if !wgsl_available() {
+        return;
+    }
+    let (_, t) = models().remove(0);
+    let program = rustral::lowering::lower(&t.graph).unwrap();
+    let mut wgsl = rustral::lowering::wgsl::lower_wgsl(&program, "mlp").unwrap();
+    wgsl.kernels[0].workgroup_bytes = 1 << 30;
+    let err = rustral::runtime::wgpu::WgpuProgram::new(wgsl).err().unwrap().to_string();
+    assert!(err.contains("k000") && err.contains("max_compute_workgroup_storage_size"), "{err}");
 }

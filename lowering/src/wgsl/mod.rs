@@ -129,6 +129,12 @@ pub enum Role {
         /// the results of `init` kernels, which keep their own storage.
         slot: Option<usize>,
     },
+    /// The same storage as buffer `of`, seen with this buffer's shape: a reshape, which
+    /// keeps the row-major order and so needs no kernel.
+    Alias {
+        /// The buffer whose storage it is (never itself an alias).
+        of: usize,
+    },
     /// One atomic u32: 0, or one plus the index of a kernel that hit a data-dependent error.
     Status,
 }
@@ -371,6 +377,15 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
             }
         }
     }
+    // A reshape is a view of its operand's storage: no kernel.
+    let mut alias: BTreeMap<usize, usize> = BTreeMap::new();
+    for k in &p.kernels {
+        if let Op::Reshape { .. } = k.op {
+            let root = alias.get(&k.inputs[0]).copied().unwrap_or(k.inputs[0]);
+            alias.insert(k.output, root);
+        }
+    }
+    let root = |b: usize| alias.get(&b).copied().unwrap_or(b);
     // Kernels reading only parameters, constants and init results run once (init phase).
     let mut fixed: BTreeSet<usize> = p
         .buffers
@@ -381,8 +396,8 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
         .collect();
     fixed.extend(kernels.iter().map(|k| k.output));
     let mut run = Vec::new();
-    for k in &p.kernels {
-        if k.inputs.iter().all(|i| fixed.contains(i)) {
+    for k in p.kernels.iter().filter(|k| !alias.contains_key(&k.output)) {
+        if k.inputs.iter().all(|i| fixed.contains(&root(*i))) {
             fixed.insert(k.output);
             kernels.push(k.clone());
         } else {
@@ -392,7 +407,7 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
     let n_init = kernels.len();
     kernels.extend(run);
 
-    let slot_of = plan_slots(p, &kernels[n_init..], &fixed);
+    let slot_of = plan_slots(p, &kernels[n_init..], &fixed, &root);
     let mut buffers: Vec<WgslBuffer> = p
         .buffers
         .iter()
@@ -403,6 +418,7 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
             shape: buf.ty.shape.0.clone(),
             elements: Count::elements(&buf.ty.shape.0),
             role: match &buf.kind {
+                _ if alias.contains_key(&b) => Role::Alias { of: alias[&b] },
                 BufferKind::Input(n) => Role::Input { name: n.clone() },
                 BufferKind::Param(n) => Role::Param { name: n.clone() },
                 BufferKind::Constant(_) if constants.contains_key(&b) => {
@@ -490,21 +506,30 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
 }
 
 /// Storage slots for the intermediates the `run` kernels write (`init` results and
-/// everything else keep their own storage, since a later run reads them again).
-fn plan_slots(p: &Program, run: &[Kernel], fixed: &BTreeSet<usize>) -> BTreeMap<usize, usize> {
+/// everything else keep their own storage, since a later run reads them again). Reads of an
+/// alias count as reads of the storage it views.
+fn plan_slots(
+    p: &Program,
+    run: &[Kernel],
+    fixed: &BTreeSet<usize>,
+    root: &dyn Fn(usize) -> usize,
+) -> BTreeMap<usize, usize> {
     let buffers: Vec<Buffer> = p
         .buffers
         .iter()
         .enumerate()
         .map(|(b, buf)| {
             let mut buf = buf.clone();
-            if fixed.contains(&b) {
+            if fixed.contains(&b) || root(b) != b {
                 buf.kind = BufferKind::Constant(Op::Iota { axis: 0 });
             }
             buf
         })
         .collect();
-    MemoryPlan::new(&buffers, run, &p.outputs).slot_of
+    let kernels: Vec<Kernel> =
+        run.iter().map(|k| Kernel { inputs: k.inputs.iter().map(|&i| root(i)).collect(), ..k.clone() }).collect();
+    let outputs: Vec<(String, usize)> = p.outputs.iter().map(|(n, b)| (n.clone(), root(*b))).collect();
+    MemoryPlan::new(&buffers, &kernels, &outputs).slot_of
 }
 
 fn generate(

@@ -10,11 +10,11 @@ use rustral_ir::{Dim, ReduceOp};
 /// Lines combining every invocation's `value` with `combine` (a template over `$a` and `$b`)
 /// into `let {name}` in workgroup memory `red`, leaving it free for the next reduction.
 pub(crate) fn tree(sh: &mut Shader, at: usize, wg: u32, value: &str, combine: &str, name: &str) {
-    let c = combine.replace("$a", "red[lid]").replace("$b", "red[lid + s]");
+    let c = combine.replace("$a", "red[lid]").replace("$b", "red[lid + w]");
     sh.line(at, &format!("red[lid] = {value};"));
     sh.line(at, "workgroupBarrier();");
-    sh.line(at, &format!("for (var s = {}u; s > 0u; s = s >> 1u) {{", wg / 2));
-    sh.line(at + 1, &format!("if (lid < s) {{ red[lid] = {c}; }}"));
+    sh.line(at, &format!("for (var w = {}u; w > 0u; w = w >> 1u) {{", wg / 2));
+    sh.line(at + 1, &format!("if (lid < w) {{ red[lid] = {c}; }}"));
     sh.line(at + 1, "workgroupBarrier();");
     sh.line(at, "}");
     sh.line(at, &format!("let {name} = red[0];"));

@@ -73,6 +73,19 @@ pub enum WgpuError {
     },
 }
 
+/// One kernel's wall time in [`WgpuProgram::profile`].
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    /// Kernel name.
+    pub kernel: String,
+    /// Its op.
+    pub op: String,
+    /// Module path of the node.
+    pub provenance: String,
+    /// Submission to completion.
+    pub seconds: f64,
+}
+
 /// A WGSL program ready to run on a wgpu device.
 pub struct WgpuProgram {
     program: WgslProgram,
@@ -135,6 +148,14 @@ impl WgpuProgram {
         Ok(WgpuProgram { program, gpu, pipelines, fixed: HashMap::new(), bound: Mutex::new(None) })
     }
 
+    /// Load a program folder written by [`save`] and bind its parameters.
+    pub fn open(dir: &std::path::Path) -> Result<WgpuProgram, WgpuError> {
+        let (program, params) = load(dir)?;
+        let mut p = WgpuProgram::new(program)?;
+        p.bind_params(&params)?;
+        Ok(p)
+    }
+
     /// The program.
     pub fn program(&self) -> &WgslProgram {
         &self.program
@@ -183,6 +204,52 @@ impl WgpuProgram {
 
     /// Run on named inputs; returns the outputs in order.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, WgpuError> {
+        let guard = self.prepare(inputs)?;
+        let bound = guard.as_ref().expect("prepared");
+        self.dispatch(bound, Phase::Run)?;
+        self.outputs(bound)
+    }
+
+    /// Run with each kernel in its own submission, waited for: the wall time of every `run`
+    /// kernel in schedule order (slower than `run`; for finding the expensive kernels).
+    pub fn profile(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<KernelTime>, WgpuError> {
+        let guard = self.prepare(inputs)?;
+        let bound = guard.as_ref().expect("prepared");
+        let mut times = Vec::new();
+        for (k, kernel) in self.program.kernels.iter().enumerate() {
+            let (x, y) = bound.workgroups[k];
+            if kernel.phase != Phase::Run || x == 0 {
+                continue;
+            }
+            let start = std::time::Instant::now();
+            let mut encoder = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            {
+                let mut pass =
+                    encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+                pass.set_pipeline(&self.pipelines[k].0);
+                pass.set_bind_group(0, &bound.groups[k], &[]);
+                pass.dispatch_workgroups(x, y, 1);
+            }
+            self.gpu.queue.submit([encoder.finish()]);
+            self.gpu
+                .device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| WgpuError::Device { place: format!("kernel {}", kernel.name), message: e.to_string() })?;
+            times.push(KernelTime {
+                kernel: kernel.name.clone(),
+                op: kernel.op.clone(),
+                provenance: kernel.provenance.clone(),
+                seconds: start.elapsed().as_secs_f64(),
+            });
+        }
+        Ok(times)
+    }
+
+    /// Bind the dims, (re)allocate storage when they changed, and upload the inputs.
+    fn prepare(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+    ) -> Result<std::sync::MutexGuard<'_, Option<Bound>>, WgpuError> {
         let p = &self.program;
         let binding = bind_dims(p, inputs, &self.fixed)?;
         let mut guard = self.bound.lock().expect("no run panicked holding the lock");
@@ -193,14 +260,16 @@ impl WgpuProgram {
         let bound = guard.as_ref().expect("allocated above");
         for (b, buf) in p.buffers.iter().enumerate() {
             if let Role::Input { name } = &buf.role {
-                self.gpu.queue.write_buffer(
-                    &bound.buffers[b],
-                    0,
-                    bytemuck::cast_slice(&words(buf.storage, &inputs[name].to_vec())),
-                );
+                let data = words(buf.storage, &inputs[name].to_vec());
+                self.gpu.queue.write_buffer(&bound.buffers[b], 0, bytemuck::cast_slice(&data));
             }
         }
-        self.dispatch(bound, Phase::Run)?;
+        Ok(guard)
+    }
+
+    /// Read the outputs back.
+    fn outputs(&self, bound: &Bound) -> Result<Vec<(String, HostTensor)>, WgpuError> {
+        let p = &self.program;
         let outs: Vec<usize> = p.outputs.iter().map(|o| o.buffer).collect();
         let data = self.read(bound, &outs)?;
         p.outputs
@@ -244,16 +313,29 @@ impl WgpuProgram {
         }
         let slots: Vec<std::sync::Arc<wgpu::Buffer>> =
             slot_bytes.iter().map(|&n| std::sync::Arc::new(self.gpu.storage(n))).collect();
-        let buffers: Vec<std::sync::Arc<wgpu::Buffer>> = p
+        let own: Vec<Option<std::sync::Arc<wgpu::Buffer>>> = p
             .buffers
             .iter()
             .enumerate()
             .map(|(b, buf)| match (&buf.role, self.fixed.get(&b)) {
-                (Role::Intermediate { slot: Some(s) }, _) => slots[*s].clone(),
-                (_, Some((fixed, _))) => std::sync::Arc::new(fixed.clone()),
-                _ => std::sync::Arc::new(self.gpu.storage(elements[b].max(1) * 4)),
+                (Role::Alias { .. }, _) => None,
+                (Role::Intermediate { slot: Some(s) }, _) => Some(slots[*s].clone()),
+                (_, Some((fixed, _))) => Some(std::sync::Arc::new(fixed.clone())),
+                _ => Some(std::sync::Arc::new(self.gpu.storage(elements[b].max(1) * 4))),
             })
             .collect();
+        let buffers: Vec<std::sync::Arc<wgpu::Buffer>> = p
+            .buffers
+            .iter()
+            .enumerate()
+            .map(|(b, buf)| {
+                let of = if let Role::Alias { of } = buf.role { of } else { b };
+                own[of].clone().ok_or_else(|| WgpuError::Device {
+                    place: place(b),
+                    message: format!("an alias of buffer {of}, itself an alias"),
+                })
+            })
+            .collect::<Result<_, _>>()?;
         let mut words = vec![0u32; p.dims.len().div_ceil(4).max(1) * 4];
         for (i, d) in p.dims.iter().enumerate() {
             words[i] = u32::try_from(binding.get(d).copied().unwrap_or(0)).map_err(|_| WgpuError::Limit {

@@ -78,7 +78,15 @@ pub fn write(out: &Out, e: Emit, traced: &Traced, session: &Session, args: &Args
             });
             out.put(e.file_name(), &pretty(&value))
         }
-        Emit::Stats | Emit::Wgsl => Ok(()),
+        #[cfg(feature = "wgsl")]
+        Emit::Wgsl => {
+            let dir = out.dir.as_ref().expect("checked: --emit wgsl has -o").join(e.file_name());
+            session.save_wgsl(&dir)?;
+            Ok(())
+        }
+        #[cfg(not(feature = "wgsl"))]
+        Emit::Wgsl => Ok(()),
+        Emit::Stats => Ok(()),
     }
 }
 
@@ -87,6 +95,17 @@ pub fn stats(out: &Out, session: &Session, args: &Args, run: Option<&RunStats>) 
     let mut value = serde_json::to_value(session.stats()).map_err(|e| Fail::Internal(e.to_string()))?;
     if let Some(program) = session.program() {
         value["kernels"] = json!(program.kernels.len());
+        value["dispatches"] = json!(session.dispatches());
+    }
+    #[cfg(feature = "wgsl")]
+    if let Some((program, adapter)) = session.wgsl() {
+        let init = program.kernels.iter().filter(|k| k.phase == rustral::lowering::wgsl::Phase::Init).count();
+        value["wgsl"] = json!({
+            "adapter": adapter,
+            "shaders": program.kernels.len(),
+            "init_shaders": init,
+            "dispatches": program.kernels.len() - init,
+        });
     }
     #[cfg(feature = "candle")]
     if let Some(report) = session.candle_report() {

@@ -35,10 +35,17 @@ fn main() -> ExitCode {
 
 fn compile(args: &Args) -> Result<(), Fail> {
     let target = target(args.target)?;
-    if args.emit.contains(&Emit::Wgsl) {
-        return Err(Fail::user("--emit wgsl needs the WGSL target, which this Rustral does not have yet"));
+    if args.emit.contains(&Emit::Wgsl) && args.target != TargetName::Wgsl {
+        return Err(Fail::user("--emit wgsl writes the WGSL target's program: add --target wgsl"));
     }
     let mut emits = args.emit.clone();
+    if args.target == TargetName::Wgsl && args.out_dir.is_some() && emits.is_empty() {
+        // What the WGSL target is for: the program folder.
+        emits.push(Emit::Wgsl);
+    }
+    if emits.contains(&Emit::Wgsl) && args.out_dir.is_none() {
+        return Err(Fail::user("--emit wgsl writes a folder: give -o DIR"));
+    }
     emits.sort();
     emits.dedup();
     if args.out_dir.is_none() && emits.len() > 1 {
@@ -79,7 +86,11 @@ fn compile(args: &Args) -> Result<(), Fail> {
         args.opt,
         other_name(args.target),
         session.graph().len(),
-        session.program().map_or(String::new(), |p| format!(", {} kernels", p.kernels.len())),
+        session.program().map_or(String::new(), |p| format!(
+            ", {} kernels, {} dispatches per run",
+            p.kernels.len(),
+            session.dispatches().unwrap_or(0)
+        )),
         start.elapsed().as_secs_f64()
     ));
 
@@ -225,7 +236,10 @@ fn target(t: TargetName) -> Result<Target, Fail> {
         }
         #[cfg(not(feature = "metal"))]
         TargetName::CandleMetal => Err(missing("metal")),
-        TargetName::Wgsl => Err(Fail::user("target wgsl is not available: this Rustral has no WGSL target yet")),
+        #[cfg(feature = "wgsl")]
+        TargetName::Wgsl => Ok(Target::Wgsl),
+        #[cfg(not(feature = "wgsl"))]
+        TargetName::Wgsl => Err(missing("wgsl")),
     }
 }
 
