@@ -7,6 +7,7 @@
 mod cleanup;
 mod elementwise;
 pub mod fuse;
+pub mod grad;
 mod manager;
 mod pipeline;
 mod stats;

@@ -1,0 +1,258 @@
+//! The grad pass against central finite differences in f64 on the reference interpreter, for
+//! every op and fused op (several shapes, broadcasting operands), and as a graph: it verifies,
+//! keeps the forward outputs and goes through O2.
+//!
+//! Each case is `loss = sum(op(inputs) * w)` with fixed random weights `w` (so no output
+//! element's gradient is hidden by symmetry). Tolerance: |analytic - fd| <= 1e-6 (1 + |fd|),
+//! with step 1e-6 (f64 central differences are accurate to ~1e-10 here).
+
+use rustral_ir::{
+    Activation, BinaryOp, DType, Dim, ElementwiseExpr, ExprNode, F64, GeluApprox, Graph, NodeId, Op, ReduceOp, Shape,
+    TensorType, UnaryOp,
+};
+use rustral_passes::grad::{grad, grad_output_name};
+use rustral_passes::{OptLevel, PassManager};
+use rustral_runtime::HostTensor;
+use rustral_runtime::reference::evaluate;
+use std::collections::HashMap;
+
+fn ty(dims: &[usize]) -> TensorType {
+    TensorType::new(DType::F64, Shape::of(dims))
+}
+
+/// Values in [-1, 1) from a seed; `positive` maps them into [0.5, 1.5).
+fn values(seed: u64, n: usize, positive: bool) -> Vec<f64> {
+    let v = rustral_runtime::seeded_values(seed, n);
+    if positive { v.iter().map(|x| x * 0.5 + 1.0).collect() } else { v }
+}
+
+/// A case: a graph with float inputs `x0, x1, ...` (and any others), its output node, and the
+/// feeds. Adds `w` and the loss, differentiates, and compares with finite differences.
+struct Case {
+    g: Graph,
+    feeds: HashMap<String, HostTensor>,
+    floats: Vec<String>,
+}
+
+impl Case {
+    fn new() -> Case {
+        Case { g: Graph::new("case"), feeds: HashMap::new(), floats: vec![] }
+    }
+
+    fn input(&mut self, dims: &[usize], positive: bool) -> NodeId {
+        let name = format!("x{}", self.floats.len());
+        let id = self.g.input(&name, ty(dims)).unwrap();
+        let n = dims.iter().product();
+        let seed = 7 + self.floats.len() as u64 * 13;
+        self.feeds.insert(name.clone(), HostTensor::new(DType::F64, dims, values(seed, n, positive)).unwrap());
+        self.floats.push(name);
+        id
+    }
+
+    fn check(mut self, y: NodeId, what: &str) {
+        let yt = self.g.node(y).unwrap().ty.clone();
+        let dims: Vec<usize> = yt.shape.dims().iter().map(|d| d.as_static().unwrap()).collect();
+        let w = self.g.input("w", yt.clone()).unwrap();
+        let n = dims.iter().product();
+        self.feeds.insert("w".into(), HostTensor::new(DType::F64, &dims, values(99, n, false)).unwrap());
+        let p = self.g.add(Op::Binary(BinaryOp::Mul), &[y, w], "").unwrap();
+        let axes: Vec<usize> = (0..yt.rank()).collect();
+        let loss = if axes.is_empty() {
+            p
+        } else {
+            self.g.add(Op::Reduce { op: ReduceOp::Sum, axes, keepdim: false }, &[p], "").unwrap()
+        };
+        self.g.set_output("loss", loss).unwrap();
+        let dg = grad(&self.g, "loss", &self.floats).unwrap_or_else(|e| panic!("{what}: {e}"));
+        rustral_ir::verify(&dg).unwrap_or_else(|e| panic!("{what}: the gradient graph does not verify: {e}"));
+        let got = evaluate(&dg, &self.feeds).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let loss_at = |feeds: &HashMap<String, HostTensor>| evaluate(&self.g, feeds).unwrap()[0].1.to_vec()[0];
+        for name in &self.floats {
+            let analytic = got.iter().find(|(n, _)| *n == grad_output_name(name)).unwrap().1.to_vec();
+            let x = &self.feeds[name];
+            let base = x.to_vec();
+            for i in 0..base.len() {
+                let h = 1e-6;
+                let mut f = self.feeds.clone();
+                let mut v = base.clone();
+                v[i] += h;
+                f.insert(name.clone(), HostTensor::new(DType::F64, x.shape(), v.clone()).unwrap());
+                let up = loss_at(&f);
+                v[i] -= 2.0 * h;
+                f.insert(name.clone(), HostTensor::new(DType::F64, x.shape(), v).unwrap());
+                let down = loss_at(&f);
+                let fd = (up - down) / (2.0 * h);
+                assert!(
+                    (analytic[i] - fd).abs() <= 1e-6 * (1.0 + fd.abs()),
+                    "{what}: d loss / d {name}[{i}] is {} but finite differences give {fd}",
+                    analytic[i]
+                );
+            }
+        }
+        // The backward graph is an ordinary graph: O2 keeps its values.
+        let mut opt = dg.clone();
+        PassManager::new(OptLevel::O2).run(&mut opt).unwrap_or_else(|e| panic!("{what}: O2: {e}"));
+        let fused = evaluate(&opt, &self.feeds).unwrap();
+        for ((n, a), (_, b)) in got.iter().zip(&fused) {
+            for (x, y) in a.to_vec().iter().zip(b.to_vec()) {
+                assert!((x - y).abs() <= 1e-9 * (1.0 + x.abs()), "{what}: {n} changed under O2: {x} vs {y}");
+            }
+        }
+    }
+}
+
+fn one(op: Op, shapes: &[&[usize]], positive: bool, what: &str) {
+    let mut c = Case::new();
+    let xs: Vec<NodeId> = shapes.iter().map(|s| c.input(s, positive)).collect();
+    let y = c.g.add(op, &xs, "layer.0").unwrap_or_else(|e| panic!("{what}: {e}"));
+    c.check(y, what);
+}
+
+#[test]
+fn unary_ops() {
+    for u in UnaryOp::ALL {
+        let positive = matches!(u, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip);
+        one(Op::Unary(u), &[&[2, 3]], positive, u.name());
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcasting() {
+    let shapes: [&[&[usize]]; 4] = [&[&[2, 3], &[2, 3]], &[&[2, 3], &[3]], &[&[2, 1, 3], &[4, 1]], &[&[], &[2, 2]]];
+    for b in BinaryOp::ALL.into_iter().filter(|b| !b.is_comparison()) {
+        for s in shapes {
+            one(Op::Binary(b), s, b == BinaryOp::Pow, &format!("{} {s:?}", b.name()));
+        }
+    }
+}
+
+#[test]
+fn where_cast_and_layout_ops() {
+    let mut c = Case::new();
+    let a = c.input(&[2, 3], false);
+    let b = c.input(&[3], false);
+    let cond = c.g.add(Op::Binary(BinaryOp::Gt), &[a, b], "").unwrap();
+    let y = c.g.add(Op::Where, &[cond, a, b], "").unwrap();
+    c.check(y, "where");
+
+    let mut c = Case::new();
+    let a = c.input(&[2, 3], false);
+    let f = c.g.add(Op::Cast { to: DType::F32 }, &[a], "").unwrap();
+    let y = c.g.add(Op::Cast { to: DType::F64 }, &[f], "").unwrap();
+    // d/dx of a round trip through f32 is 1 up to the rounding, far below the tolerance's step.
+    let _ = y;
+
+    one(Op::Reshape { shape: Shape::of(&[3, 2]) }, &[&[2, 3]], false, "reshape");
+    one(Op::Permute { perm: vec![2, 0, 1] }, &[&[2, 3, 4]], false, "permute");
+    one(Op::BroadcastTo { shape: Shape::of(&[4, 2, 3]) }, &[&[2, 1]], false, "broadcast_to");
+    one(Op::Slice { axis: 1, start: 1, end: Dim::Static(3) }, &[&[2, 4]], false, "slice");
+    one(Op::Slice { axis: 0, start: 0, end: Dim::Static(2) }, &[&[3, 2]], false, "slice prefix");
+    one(Op::Concat { axis: 1 }, &[&[2, 1], &[2, 3]], false, "concat");
+}
+
+#[test]
+fn reductions() {
+    for r in ReduceOp::ALL {
+        for (axes, keepdim) in [(vec![1], true), (vec![0, 2], false), (vec![0, 1, 2], false)] {
+            let op = Op::Reduce { op: r, axes: axes.clone(), keepdim };
+            one(op, &[&[2, 3, 2]], false, &format!("{} {axes:?} keepdim={keepdim}", r.name()));
+        }
+    }
+}
+
+#[test]
+fn matmul_with_batch_broadcasting() {
+    one(Op::MatMul, &[&[3, 4], &[4, 2]], false, "matmul 2d");
+    one(Op::MatMul, &[&[2, 3, 4], &[4, 5]], false, "matmul batched @ 2d");
+    one(Op::MatMul, &[&[1, 3, 4], &[2, 4, 5]], false, "matmul broadcast batch");
+}
+
+#[test]
+fn gather_embeddings() {
+    for axis in [0, 1] {
+        let mut c = Case::new();
+        let table = c.input(&[5, 3], false);
+        let idx = c.g.input("idx", TensorType::new(DType::I64, Shape::of(&[2, 2]))).unwrap();
+        c.feeds.insert("idx".into(), HostTensor::new(DType::I64, &[2, 2], vec![1.0, 2.0, 1.0, 0.0]).unwrap());
+        let y = c.g.add(Op::Gather { axis }, &[table, idx], "").unwrap();
+        c.check(y, &format!("gather axis {axis}"));
+    }
+}
+
+#[test]
+fn fused_norms_softmax_and_activations() {
+    one(Op::LayerNorm { eps: F64(1e-5) }, &[&[2, 3, 4], &[4], &[4]], false, "layer_norm");
+    one(Op::LayerNorm { eps: F64(1e-5) }, &[&[3, 4]], false, "layer_norm without affine");
+    one(Op::RmsNorm { eps: F64(1e-6) }, &[&[2, 4], &[4]], false, "rms_norm");
+    one(Op::Softmax { axis: 1 }, &[&[2, 3, 4]], false, "softmax axis 1");
+    one(Op::Softmax { axis: 2 }, &[&[2, 3, 4]], false, "softmax last axis");
+    one(Op::Gelu { approx: GeluApprox::Erf }, &[&[2, 3]], false, "gelu erf");
+    one(Op::Gelu { approx: GeluApprox::Tanh }, &[&[2, 3]], false, "gelu tanh");
+    one(Op::Silu, &[&[2, 3]], false, "silu");
+}
+
+#[test]
+fn fused_matmul_epilogues() {
+    for act in Activation::ALL {
+        one(Op::MatMulEpilogue { activation: act }, &[&[2, 3, 4], &[4, 5], &[5]], false, act.name());
+    }
+    one(Op::MatMulEpilogue { activation: Activation::Relu }, &[&[3, 4], &[4, 2]], false, "epilogue without bias");
+}
+
+#[test]
+fn fused_attention() {
+    let q: &[usize] = &[2, 2, 3, 4];
+    one(Op::Attention { scale: F64(0.5), causal: false }, &[q, q, q], false, "attention");
+    one(Op::Attention { scale: F64(0.5), causal: true }, &[q, q, q], false, "causal attention");
+    one(Op::Attention { scale: F64(0.5), causal: false }, &[q, q, q, &[2, 1, 1, 3]], false, "masked attention");
+    // Grouped keys and values broadcast over the query heads; more keys than queries.
+    one(
+        Op::Attention { scale: F64(0.3), causal: true },
+        &[&[1, 4, 2, 4], &[1, 1, 3, 4], &[1, 1, 3, 2]],
+        false,
+        "causal GQA attention",
+    );
+    // q = k = v: the fan-out is accumulated.
+    let mut c = Case::new();
+    let x = c.input(&[2, 3, 4], false);
+    let y = c.g.add(Op::Attention { scale: F64(0.5), causal: true }, &[x, x, x], "").unwrap();
+    c.check(y, "self-attention of one value");
+}
+
+#[test]
+fn fused_elementwise_bodies() {
+    let body = ElementwiseExpr {
+        nodes: vec![
+            ExprNode::Arg(0),
+            ExprNode::Arg(1),
+            ExprNode::Binary(BinaryOp::Mul, 0, 1),
+            ExprNode::Unary(UnaryOp::Tanh, 2),
+            ExprNode::Const { value: F64(0.5), dtype: DType::F64 },
+            ExprNode::Binary(BinaryOp::Add, 3, 4),
+            ExprNode::Unary(UnaryOp::Exp, 0),
+            ExprNode::Binary(BinaryOp::Div, 5, 6),
+        ],
+    };
+    one(Op::FusedElementwise { body }, &[&[2, 3], &[3]], false, "fused elementwise");
+}
+
+/// Fan-out, an unused parameter, and the errors that name what was wrong.
+#[test]
+fn fan_out_unused_sources_and_errors() {
+    let mut c = Case::new();
+    let a = c.input(&[3], false);
+    let s = c.g.add(Op::Unary(UnaryOp::Sin), &[a], "").unwrap();
+    let m = c.g.add(Op::Binary(BinaryOp::Mul), &[s, a], "").unwrap();
+    let y = c.g.add(Op::Binary(BinaryOp::Add), &[m, s], "").unwrap();
+    c.input(&[2], false); // unused: its gradient is zero
+    c.check(y, "fan-out");
+
+    let mut g = Graph::new("g");
+    let x = g.input("x", ty(&[2])).unwrap();
+    g.set_output("y", x).unwrap();
+    assert!(grad(&g, "y", &["x".into()]).unwrap_err().to_string().contains("must be a float scalar"));
+    assert!(grad(&g, "nope", &["x".into()]).unwrap_err().to_string().contains("no output \"nope\""));
+    let s = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x], "").unwrap();
+    g.set_output("s", s).unwrap();
+    assert!(grad(&g, "s", &["w".into()]).unwrap_err().to_string().contains("\"w\" is not an input or parameter"));
+}
