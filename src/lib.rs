@@ -20,6 +20,8 @@ pub mod model_file;
 mod session;
 #[cfg(feature = "compiler")]
 pub use session::{CompileOptions, Session, Target};
+#[cfg(feature = "compiler")]
+pub mod train;
 
 /// Any error a Rustral program can meet, from tracing to running.
 #[derive(Debug, thiserror::Error)]
@@ -41,6 +43,10 @@ pub enum Error {
     #[cfg(feature = "compiler")]
     #[error(transparent)]
     Passes(#[from] rustral_passes::PassError),
+    /// Differentiation failed (an op without a gradient, a loss that is not a scalar).
+    #[cfg(feature = "compiler")]
+    #[error(transparent)]
+    Grad(Box<rustral_passes::grad::GradError>),
     /// Lowering failed.
     #[cfg(feature = "compiler")]
     #[error(transparent)]
@@ -61,6 +67,13 @@ pub enum Error {
     #[cfg(feature = "wgsl")]
     #[error(transparent)]
     Wgpu(#[from] rustral_runtime::wgpu::WgpuError),
+}
+
+#[cfg(feature = "compiler")]
+impl From<rustral_passes::grad::GradError> for Error {
+    fn from(e: rustral_passes::grad::GradError) -> Error {
+        Error::Grad(Box::new(e))
+    }
 }
 
 /// Rustral's result type; model files return `rustral::Result<Vec<Tensor>>`.

@@ -1,0 +1,268 @@
+//! Training: the training step (forward, loss, gradients: the grad pass, compiled once for a
+//! target at the chosen level) and an optimizer applied to its gradients. SGD with momentum,
+//! Adam and AdamW, with constant or linear-warmup + cosine learning rates. Checkpoints hold the
+//! parameters and the optimizer state (safetensors) and resume to the same trajectory bit for
+//! bit on the CPU target.
+//!
+//! The optimizer runs on the host in f64 over the f32 parameters, which are rebound to the
+//! target after each step: simple and exact, but a round trip per step (keeping parameters and
+//! state resident on the device is not done yet).
+
+use crate::{CompileOptions, Result, Session, Target};
+use rustral_frontend::{ParamSpec, ParamStore, ParamValue, Traced};
+use rustral_ir::DType;
+use rustral_passes::grad::{grad, grad_output_name};
+use rustral_runtime::{HostTensor, round_to};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// How parameters move against their gradients.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Optimizer {
+    /// `v = momentum * v + g + wd * p; p -= lr * v`.
+    Sgd {
+        /// Learning rate (scaled by the schedule).
+        lr: f64,
+        /// Momentum (0 for plain SGD).
+        momentum: f64,
+        /// L2 weight decay added to the gradient.
+        weight_decay: f64,
+    },
+    /// Adam (Kingma and Ba) with bias correction; `weight_decay` is L2 added to the gradient.
+    Adam {
+        /// Learning rate (scaled by the schedule).
+        lr: f64,
+        /// First-moment decay.
+        beta1: f64,
+        /// Second-moment decay.
+        beta2: f64,
+        /// Added to the root of the second moment.
+        eps: f64,
+        /// L2 weight decay added to the gradient.
+        weight_decay: f64,
+    },
+    /// AdamW (Loshchilov and Hutter): Adam with weight decay applied to the parameter directly.
+    AdamW {
+        /// Learning rate (scaled by the schedule).
+        lr: f64,
+        /// First-moment decay.
+        beta1: f64,
+        /// Second-moment decay.
+        beta2: f64,
+        /// Added to the root of the second moment.
+        eps: f64,
+        /// Decoupled weight decay.
+        weight_decay: f64,
+    },
+}
+
+impl Optimizer {
+    /// Adam with PyTorch's defaults and learning rate `lr`.
+    pub fn adam(lr: f64) -> Optimizer {
+        Optimizer::Adam { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.0 }
+    }
+
+    /// AdamW with PyTorch's defaults (weight decay 0.01) and learning rate `lr`.
+    pub fn adamw(lr: f64) -> Optimizer {
+        Optimizer::AdamW { lr, beta1: 0.9, beta2: 0.999, eps: 1e-8, weight_decay: 0.01 }
+    }
+
+    /// The hyperparameters by name, for run manifests.
+    pub fn describe(&self) -> BTreeMap<&'static str, f64> {
+        match *self {
+            Optimizer::Sgd { lr, momentum, weight_decay } => {
+                [("lr", lr), ("momentum", momentum), ("weight_decay", weight_decay)].into()
+            }
+            Optimizer::Adam { lr, beta1, beta2, eps, weight_decay }
+            | Optimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                [("lr", lr), ("beta1", beta1), ("beta2", beta2), ("eps", eps), ("weight_decay", weight_decay)].into()
+            }
+        }
+    }
+
+    /// The optimizer's name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Optimizer::Sgd { .. } => "sgd",
+            Optimizer::Adam { .. } => "adam",
+            Optimizer::AdamW { .. } => "adamw",
+        }
+    }
+
+    /// Update `p` in place from gradient `g` at step `t` (1-based) with learning-rate factor
+    /// `f`; `m` and `v` are the state (momentum; first and second moments).
+    fn update(&self, t: usize, f: f64, p: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64]) {
+        match *self {
+            Optimizer::Sgd { lr, momentum, weight_decay } => {
+                for i in 0..p.len() {
+                    let gi = g[i] + weight_decay * p[i];
+                    m[i] = momentum * m[i] + gi;
+                    p[i] -= lr * f * m[i];
+                }
+            }
+            Optimizer::Adam { lr, beta1, beta2, eps, weight_decay }
+            | Optimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                let decoupled = matches!(self, Optimizer::AdamW { .. });
+                let (c1, c2) = (1.0 - beta1.powi(t as i32), 1.0 - beta2.powi(t as i32));
+                for i in 0..p.len() {
+                    if decoupled {
+                        p[i] -= lr * f * weight_decay * p[i];
+                    }
+                    let gi = if decoupled { g[i] } else { g[i] + weight_decay * p[i] };
+                    m[i] = beta1 * m[i] + (1.0 - beta1) * gi;
+                    v[i] = beta2 * v[i] + (1.0 - beta2) * gi * gi;
+                    p[i] -= lr * f * (m[i] / c1) / ((v[i] / c2).sqrt() + eps);
+                }
+            }
+        }
+    }
+}
+
+/// The learning rate over the steps, as a factor of the optimizer's.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Schedule {
+    /// Always 1.
+    Constant,
+    /// Linear from 0 to 1 over `warmup` steps, then a cosine down to `min_factor` at `total`.
+    WarmupCosine {
+        /// Warm-up steps.
+        warmup: usize,
+        /// Steps in all.
+        total: usize,
+        /// The factor at the end.
+        min_factor: f64,
+    },
+}
+
+impl Schedule {
+    /// The factor at step `t` (1-based).
+    pub fn factor(&self, t: usize) -> f64 {
+        match *self {
+            Schedule::Constant => 1.0,
+            Schedule::WarmupCosine { warmup, total, min_factor } => {
+                if t <= warmup {
+                    t as f64 / warmup.max(1) as f64
+                } else {
+                    let progress = ((t - warmup) as f64 / (total.saturating_sub(warmup)).max(1) as f64).min(1.0);
+                    min_factor + (1.0 - min_factor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+                }
+            }
+        }
+    }
+}
+
+/// A compiled training step with its parameters and optimizer state.
+pub struct Trainer {
+    session: Session,
+    specs: Vec<ParamSpec>,
+    params: ParamStore,
+    /// Per parameter: (first state, second state).
+    state: BTreeMap<String, (Vec<f64>, Vec<f64>)>,
+    step: usize,
+    optimizer: Optimizer,
+    schedule: Schedule,
+    loss: String,
+}
+
+impl Trainer {
+    /// Differentiate output `loss` of `traced` with respect to every parameter, compile the
+    /// step for `target`, and bind `params`.
+    pub fn new(
+        traced: &Traced,
+        loss: &str,
+        target: Target,
+        options: &CompileOptions,
+        optimizer: Optimizer,
+        schedule: Schedule,
+        params: ParamStore,
+    ) -> Result<Trainer> {
+        let specs: Vec<ParamSpec> = traced.params.iter().filter(|p| p.dtype.is_float()).cloned().collect();
+        let names: Vec<String> = specs.iter().map(|p| p.name.clone()).collect();
+        let g = grad(&traced.graph, loss, &names)?;
+        let mut session = Session::compile(&g, target, options)?;
+        session.bind(&params)?;
+        let state = specs.iter().map(|p| (p.name.clone(), (vec![0.0; p.numel()], vec![0.0; p.numel()]))).collect();
+        Ok(Trainer { session, specs, params, state, step: 0, optimizer, schedule, loss: loss.into() })
+    }
+
+    /// One step on a batch (the graph's inputs by name): returns the loss before the update.
+    pub fn step(&mut self, batch: &[(&str, HostTensor)]) -> Result<f64> {
+        let out = self.session.run(batch)?;
+        let value = |name: &str| out.iter().find(|(n, _)| n == name).map(|(_, t)| t.to_vec());
+        let loss = value(&self.loss).map_or(f64::NAN, |v| v[0]);
+        self.step += 1;
+        let factor = self.schedule.factor(self.step);
+        for spec in &self.specs {
+            let g = value(&grad_output_name(&spec.name)).expect("the step computes every gradient");
+            let p = self.params.get(&spec.name).expect("bound parameters");
+            let mut data = p.data.clone();
+            let (m, v) = self.state.get_mut(&spec.name).expect("state per parameter");
+            self.optimizer.update(self.step, factor, &mut data, &g, m, v);
+            for x in &mut data {
+                *x = round_to(spec.dtype, *x);
+            }
+            self.params.insert(&spec.name, ParamValue { dtype: spec.dtype, shape: spec.shape.clone(), data });
+        }
+        self.session.bind(&self.params)?;
+        Ok(loss)
+    }
+
+    /// The current parameters.
+    pub fn params(&self) -> &ParamStore {
+        &self.params
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> usize {
+        self.step
+    }
+
+    /// The compiled step (its graph, statistics, program).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// The optimizer.
+    pub fn optimizer(&self) -> Optimizer {
+        self.optimizer
+    }
+
+    /// Write the parameters, the optimizer state (`optimizer.{m,v}.<name>`, f64) and the step
+    /// count (`optimizer.step`) to a safetensors file.
+    pub fn save_checkpoint(&self, path: &Path) -> Result<()> {
+        let mut store = self.params.clone();
+        for (name, (m, v)) in &self.state {
+            let shape = self.params.get(name).expect("state per parameter").shape.clone();
+            store.insert(
+                &format!("optimizer.m.{name}"),
+                ParamValue { dtype: DType::F64, shape: shape.clone(), data: m.clone() },
+            );
+            store.insert(&format!("optimizer.v.{name}"), ParamValue { dtype: DType::F64, shape, data: v.clone() });
+        }
+        store.insert("optimizer.step", ParamValue { dtype: DType::F64, shape: vec![], data: vec![self.step as f64] });
+        Ok(store.save_safetensors(path)?)
+    }
+
+    /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model.
+    pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
+        let mut specs = self.specs.clone();
+        for p in &self.specs {
+            for kind in ["m", "v"] {
+                specs.push(ParamSpec { name: format!("optimizer.{kind}.{}", p.name), dtype: DType::F64, ..p.clone() });
+            }
+        }
+        if let Some(first) = self.specs.first() {
+            specs.push(ParamSpec { name: "optimizer.step".into(), dtype: DType::F64, shape: vec![], ..first.clone() });
+        }
+        let store = ParamStore::load_safetensors(path, &specs, &[])?;
+        for p in &self.specs {
+            let get = |n: &str| store.get(n).expect("loaded by spec").clone();
+            self.params.insert(&p.name, get(&p.name));
+            let (m, v) = (get(&format!("optimizer.m.{}", p.name)), get(&format!("optimizer.v.{}", p.name)));
+            self.state.insert(p.name.clone(), (m.data, v.data));
+        }
+        self.step = store.get("optimizer.step").map_or(0, |s| s.data[0] as usize);
+        self.session.bind(&self.params)?;
+        Ok(())
+    }
+}
