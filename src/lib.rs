@@ -21,6 +21,8 @@ mod session;
 #[cfg(feature = "compiler")]
 pub use session::{CompileOptions, Session, Target};
 #[cfg(feature = "compiler")]
+pub mod gradcheck;
+#[cfg(feature = "compiler")]
 pub mod train;
 
 /// Any error a Rustral program can meet, from tracing to running.

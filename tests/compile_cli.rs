@@ -111,6 +111,22 @@ fn out_dir_holds_every_emit_and_the_run_timings() {
     assert_eq!(stats["candle"]["native"]["layer_norm"], 1, "{stats}");
 }
 
+/// `--grad`: the loss's gradients with respect to every parameter, checked against finite
+/// differences in f64 with `--check`, the backward graph fused at O2; a non-scalar first output
+/// is a user error.
+#[test]
+fn grad_differentiates_the_first_output_and_checks_against_finite_differences() {
+    let out = stdout(cli().args(["models/examples/mlp_loss.rs", "--grad", "--check", "--shape", "batch=6", "-q"]));
+    for p in ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"] {
+        assert!(out.contains(&format!("gradcheck grad.{p}: ")), "{out}");
+    }
+    assert!(!out.contains("BEYOND") && out.contains("check passed"), "{out}");
+    let ir = stdout(cli().args(["models/examples/mlp_loss.rs", "--grad", "--emit", "opt-ir", "-q"]));
+    assert!(ir.contains("output \"grad.fc1.weight\""), "{ir}");
+    assert!(ir.contains("fused_elementwise") && ir.contains("matmul_epilogue"), "{ir}");
+    user_error(cli().args(["models/examples/mlp.rs", "--grad"]), &["must be a float scalar"]);
+}
+
 /// `--target wgsl -o DIR`: the program folder (program.json, one shader per kernel, the
 /// parameters) and, in stats.json, the adapter and how many dispatches a run makes.
 #[test]

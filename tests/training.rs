@@ -5,6 +5,8 @@
 #[path = "../models/examples/training/mod.rs"]
 mod training;
 
+mod common;
+
 use rustral::frontend::{ParamStore, ParamValue, TraceOptions, trace_named};
 use rustral::prelude::*;
 use rustral::train::{Optimizer, Schedule, Trainer};
@@ -149,4 +151,29 @@ fn the_digits_mlp_reaches_97_percent() {
     let acc = training::digits::train(&digits_dir(), 30, false).unwrap();
     println!("digits test accuracy {acc:.3}");
     assert!(acc >= 0.97, "{acc}");
+}
+
+/// The same training step on the CPU and WGSL targets: 20 steps of AdamW on an MLP give the
+/// same loss curve. Tolerance: 1e-4 (1 + |loss|) per step (both targets compute in f32).
+#[test]
+fn cpu_and_wgsl_give_the_same_loss_curve() {
+    if !common::wgsl_available() {
+        return;
+    }
+    let (train, _) = training::graphs(&[64, 32, 10]);
+    let x = HostTensor::new(DType::F32, &[32, 64], rustral::runtime::seeded_values(5, 32 * 64)).unwrap();
+    let y = HostTensor::new(DType::I64, &[32], (0..32).map(|i| (i * 7 % 10) as f64).collect()).unwrap();
+    let batch = [("x", x), ("y", y)];
+    let curve = |target: Target| {
+        let params = ParamStore::init(&train.params, 2);
+        let schedule = Schedule::WarmupCosine { warmup: 5, total: 20, min_factor: 0.1 };
+        let mut t = Trainer::new(&train, "loss", target, &options(), Optimizer::adamw(0.01), schedule, params).unwrap();
+        (0..20).map(|_| t.step(&batch).unwrap()).collect::<Vec<f64>>()
+    };
+    let (cpu, wgsl) = (curve(Target::Cpu), curve(Target::Wgsl));
+    println!("cpu  {cpu:.5?}\nwgsl {wgsl:.5?}");
+    assert!(cpu[19] < cpu[0] * 0.5, "it learns: {cpu:?}");
+    for (step, (a, b)) in cpu.iter().zip(&wgsl).enumerate() {
+        assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "step {step}: cpu {a} vs wgsl {b}");
+    }
 }

@@ -172,3 +172,42 @@ pub(crate) fn backprop(
     }
     Ok(adjoint)
 }
+
+/// The same graph computing in f64: float sources, casts to floats and fused bodies' float
+/// constants become f64 (for finite-difference checks, which f32 rounding would swamp).
+pub fn promote_f64(g: &Graph) -> Result<Graph, IrError> {
+    use rustral_ir::{DType, ExprNode, Op};
+    let widen = |d: DType| if d.is_float() { DType::F64 } else { d };
+    let mut out = Graph::new(g.name());
+    let mut map: HashMap<NodeId, NodeId> = HashMap::new();
+    for id in g.topo_order().expect("a verified graph is acyclic") {
+        let node = g.node(id).expect("ordered node exists");
+        let operands: Vec<NodeId> = g.operands(id).iter().map(|o| map[o]).collect();
+        let op = match &node.op {
+            Op::Cast { to } => Op::Cast { to: widen(*to) },
+            Op::FusedElementwise { body } => {
+                let mut body = body.clone();
+                for n in &mut body.nodes {
+                    match n {
+                        ExprNode::Const { dtype, .. } | ExprNode::Cast(dtype, _) => *dtype = widen(*dtype),
+                        _ => {}
+                    }
+                }
+                Op::FusedElementwise { body }
+            }
+            op => op.clone(),
+        };
+        let new = if op.is_source() {
+            let mut ty = node.ty.clone();
+            ty.dtype = widen(ty.dtype);
+            out.declare(op, ty, &node.provenance)?
+        } else {
+            out.add(op, &operands, &node.provenance)?
+        };
+        map.insert(id, new);
+    }
+    for o in g.outputs() {
+        out.set_output(&o.name, map[&o.node])?;
+    }
+    Ok(out)
+}

@@ -94,9 +94,15 @@ pub struct Args {
     pub save_outputs: Option<PathBuf>,
 
     /// Also run the reference interpreter on the unoptimised graph and compare every output
-    /// (implies --run); exit status 3 beyond tolerance.
+    /// (implies --run); with --grad, also compare gradients against central finite
+    /// differences in f64; exit status 3 beyond tolerance.
     #[arg(long)]
     pub check: bool,
+
+    /// Differentiate the model's first output (a scalar loss) with respect to every parameter
+    /// and compile the combined graph: outputs are the model's, then grad.<parameter>.
+    #[arg(long)]
+    pub grad: bool,
 
     /// Allowed error for --check: |got - want| <= tol * (1 + |want|) for every value.
     #[arg(long, default_value_t = 1e-4, value_name = "TOL")]

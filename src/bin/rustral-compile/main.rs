@@ -60,7 +60,18 @@ fn compile(args: &Args) -> Result<(), Fail> {
 
     let start = Instant::now();
     let loaded = load::load(args)?;
-    let traced = &loaded.traced;
+    let differentiated;
+    let traced = if args.grad {
+        let loss = loaded.traced.graph.outputs().first().map(|o| o.name.clone()).unwrap_or_default();
+        let names: Vec<String> =
+            loaded.traced.params.iter().filter(|p| p.dtype.is_float()).map(|p| p.name.clone()).collect();
+        let graph =
+            rustral::passes::grad::grad(&loaded.traced.graph, &loss, &names).map_err(|e| Fail::user(e.to_string()))?;
+        differentiated = rustral::frontend::Traced { graph, params: loaded.traced.params.clone() };
+        &differentiated
+    } else {
+        &loaded.traced
+    };
     say(format!(
         "traced {}: {} nodes, {} parameters ({:.2} s)",
         loaded.label,
@@ -112,7 +123,7 @@ fn compile(args: &Args) -> Result<(), Fail> {
 
     let mut run_stats = None;
     if args.run || args.check || args.save_outputs.is_some() {
-        run_stats = Some(execute(args, traced, &session, &store, to_stdout)?);
+        run_stats = Some(execute(args, traced, &loaded.traced.graph, &session, &store, to_stdout)?);
     }
     if emits.contains(&Emit::Stats) {
         emit::stats(&out, &session, args, run_stats.as_ref())?;
@@ -137,6 +148,7 @@ pub struct RunStats {
 fn execute(
     args: &Args,
     traced: &rustral::frontend::Traced,
+    forward: &rustral::ir::Graph,
     session: &Session,
     store: &ParamStore,
     to_stdout: bool,
@@ -182,6 +194,30 @@ fn execute(
         let want = rustral::runtime::reference::evaluate(&traced.graph, &all)?;
         stats.errors = run::errors(&want, &outputs)?;
         let mut worst = Vec::new();
+        if args.grad {
+            let loss = forward.outputs().first().map(|o| o.name.clone()).unwrap_or_default();
+            let grads: Vec<(String, rustral::runtime::HostTensor)> = outputs
+                .iter()
+                .filter_map(|(n, t)| n.strip_prefix("grad.").map(|p| (p.to_string(), t.clone())))
+                .collect();
+            let checked = rustral::gradcheck::check(forward, &loss, &all, &grads, 4, 1e-6)?;
+            let mut per: std::collections::BTreeMap<&str, f64> = Default::default();
+            for c in &checked {
+                let e = (c.gradient - c.finite_difference).abs() / (1.0 + c.finite_difference.abs());
+                let w = per.entry(c.name.as_str()).or_default();
+                *w = w.max(if e.is_nan() { f64::INFINITY } else { e });
+            }
+            for (name, e) in per {
+                let ok = e <= args.tolerance;
+                report(format!(
+                    "gradcheck grad.{name}: max |grad - finite difference| / (1 + |fd|) {e:.3e} over sampled elements ({})",
+                    if ok { "ok" } else { "BEYOND TOLERANCE" }
+                ));
+                if !ok {
+                    worst.push(format!("grad.{name} against finite differences ({e:.3e})"));
+                }
+            }
+        }
         for (name, abs, rel) in &stats.errors {
             let ok = *rel <= args.tolerance;
             report(format!(

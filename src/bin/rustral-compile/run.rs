@@ -67,17 +67,24 @@ pub fn inputs(g: &Graph, args: &Args) -> Result<(Feeds, BTreeMap<String, usize>)
     Ok((feeds, binding))
 }
 
-/// The row count of a table this input indexes (a gather's axis), so that seeded ids are in
-/// range.
+/// The row count of a table this input indexes (a gather's axis), or the class count of a
+/// one-hot it is compared with (`eq` against an iota, through reshapes), so that seeded ids and
+/// labels are in range.
 fn index_bound(g: &Graph, input: rustral::ir::NodeId) -> Option<usize> {
     g.users(input).into_iter().find_map(|user| {
         let node = g.node(user)?;
-        let Op::Gather { axis } = node.op else { return None };
         let operands = g.operands(user);
-        if operands.get(1) != Some(&input) {
-            return None;
+        match node.op {
+            Op::Gather { axis } if operands.get(1) == Some(&input) => {
+                g.node(operands[0])?.ty.shape.dims().get(axis)?.as_static()
+            }
+            Op::Reshape { .. } => index_bound(g, user),
+            Op::Binary(rustral::ir::BinaryOp::Eq) => operands.iter().find_map(|&o| match g.node(o)?.op {
+                Op::Iota { axis } if o != input => g.node(o)?.ty.shape.dims().get(axis)?.as_static(),
+                _ => None,
+            }),
+            _ => None,
         }
-        g.node(operands[0])?.ty.shape.dims().get(axis)?.as_static()
     })
 }
 
