@@ -151,6 +151,26 @@ impl Schedule {
     }
 }
 
+/// The graph of a training step: `loss` and its gradient with respect to `wrt`. Above O0 the
+/// forward graph is fused first, so fused ops' own gradient rules apply (softmax's needs no
+/// max); the session then optimises the whole step again.
+pub fn training_graph(
+    forward: &rustral_ir::Graph,
+    loss: &str,
+    wrt: &[String],
+    options: &CompileOptions,
+) -> Result<rustral_ir::Graph> {
+    let mut g = forward.clone();
+    if options.level != rustral_passes::OptLevel::O0 {
+        let mut pm = rustral_passes::PassManager::new(options.level);
+        for name in &options.disabled {
+            pm = pm.disable(name)?;
+        }
+        pm.run(&mut g)?;
+    }
+    Ok(grad(&g, loss, wrt)?)
+}
+
 /// A compiled training step with its parameters and optimizer state.
 pub struct Trainer {
     session: Session,
@@ -178,7 +198,7 @@ impl Trainer {
     ) -> Result<Trainer> {
         let specs: Vec<ParamSpec> = traced.params.iter().filter(|p| p.dtype.is_float()).cloned().collect();
         let names: Vec<String> = specs.iter().map(|p| p.name.clone()).collect();
-        let g = grad(&traced.graph, loss, &names)?;
+        let g = training_graph(&traced.graph, loss, &names, options)?;
         let mut session = Session::compile(&g, target, options)?;
         session.bind(&params)?;
         let state = specs.iter().map(|p| (p.name.clone(), (vec![0.0; p.numel()], vec![0.0; p.numel()]))).collect();

@@ -19,6 +19,18 @@ pub(crate) fn vjp(
 ) -> Result<Vec<Option<NodeId>>, GradError> {
     let prov = g.node(id).expect("a node").provenance.clone();
     let out_shape = g.node(id).expect("a node").ty.shape.clone();
+    if let Op::Softmax { axis } = op {
+        // y (dy - sum(dy y)): the max subtracted for stability has no gradient, so the
+        // expansion's max (and its masks) is not needed.
+        let mut b = Builder::new(g, &prov, id);
+        let r: R<NodeId> = (|| {
+            let t = b.mul(dy, id)?;
+            let s = b.sum(t, vec![*axis], true)?;
+            let d = b.bin(BinaryOp::Sub, dy, s)?;
+            b.mul(id, d)
+        })();
+        return Ok(vec![Some(r.map_err(|e| b.ir_error(e))?)]);
+    }
     let (root, created) = {
         let mut b = Builder::new(g, &prov, id);
         match expand(&mut b, op, xs, &out_shape) {
@@ -132,8 +144,12 @@ fn expand(b: &mut Builder, op: &Op, xs: &[NodeId], out_shape: &Shape) -> R<Optio
                 let off = b.scalar(offset, dtype)?;
                 let limit = b.bin(BinaryOp::Add, i, off)?;
                 let visible = b.bin(BinaryOp::Le, j, limit)?;
+                // An additive mask of 0 and -inf, made from constants alone (so targets make
+                // it once, and the scores' gradient needs no `where`).
+                let zero = b.scalar(0.0, dtype)?;
                 let hidden = b.scalar(f64::NEG_INFINITY, dtype)?;
-                s = b.op(Op::Where, &[visible, s, hidden])?;
+                let causal_mask = b.op(Op::Where, &[visible, zero, hidden])?;
+                s = b.bin(BinaryOp::Add, s, causal_mask)?;
             }
             let r = b.ty(s).rank();
             let p = b.op(Op::Softmax { axis: r - 1 }, &[s])?;

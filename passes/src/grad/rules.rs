@@ -254,9 +254,25 @@ fn matmul(b: &mut Builder, x: NodeId, z: NodeId, dy: NodeId, wanted: &[bool]) ->
         None
     };
     let db = if wanted[1] {
-        let xt = b.transpose(x)?;
-        let d = b.op(Op::MatMul, &[xt, dy])?;
-        Some(b.unbroadcast(d, &b.ty(z).shape)?)
+        let (xt_, zt_) = (b.ty(x), b.ty(z));
+        let rows: Option<usize> = xt_.shape.0[..xt_.rank() - 1].iter().map(|d| d.as_static()).product();
+        match rows {
+            // A weight shared by every row of a batched input: one [k, rows] @ [rows, n]
+            // product instead of a batch of them summed afterwards.
+            Some(rows) if zt_.rank() == 2 && xt_.rank() > 2 => {
+                let k = xt_.shape.0[xt_.rank() - 1].clone();
+                let n = zt_.shape.0[1].clone();
+                let x2 = b.reshape(x, Shape(vec![Dim::Static(rows), k]))?;
+                let d2 = b.reshape(dy, Shape(vec![Dim::Static(rows), n]))?;
+                let x2t = b.transpose(x2)?;
+                Some(b.op(Op::MatMul, &[x2t, d2])?)
+            }
+            _ => {
+                let xt = b.transpose(x)?;
+                let d = b.op(Op::MatMul, &[xt, dy])?;
+                Some(b.unbroadcast(d, &b.ty(z).shape)?)
+            }
+        }
     } else {
         None
     };

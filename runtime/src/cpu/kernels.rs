@@ -65,6 +65,15 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
             let (x, s) = f(0)?;
             Some(reduce_last(x, *s.last()?, *r, out.iter().product()))
         }
+        Op::Reduce { op: r, axes, .. } if axes.windows(2).all(|w| w[1] == w[0] + 1) => {
+            // Consecutive axes: one middle axis of their combined length.
+            let (x, s) = f(0)?;
+            let (first, last) = (axes[0], *axes.last()?);
+            let outer: usize = s[..first].iter().product();
+            let len: usize = s[first..=last].iter().product();
+            let inner: usize = s[last + 1..].iter().product();
+            Some(if inner == 1 { reduce_last(x, len, *r, outer) } else { reduce_middle(x, outer, len, inner, *r) })
+        }
         Op::Attention { scale, causal } => attention(args, scale.0 as f32, *causal, out),
         Op::Gather { axis: 0 } => gather_rows(f(0)?, args[1]),
         Op::Reshape { .. } => f(0).map(|(x, _)| x.to_vec()),
@@ -509,6 +518,53 @@ fn reduce_last(x: &[f32], width: usize, r: ReduceOp, rows: usize) -> Vec<f32> {
             }
         })
         .collect()
+}
+
+/// Reduce `x[outer, len, inner]` over its middle axis, a whole inner row at a time (so the
+/// combining loop runs over contiguous memory and vectorises).
+fn reduce_middle(x: &[f32], outer: usize, len: usize, inner: usize, r: ReduceOp) -> Vec<f32> {
+    let identity = match r {
+        ReduceOp::Sum => 0.0,
+        ReduceOp::Mean => f32::NAN,
+        ReduceOp::Max => f32::NEG_INFINITY,
+        ReduceOp::Min => f32::INFINITY,
+    };
+    let mut out = vec![identity; outer * inner];
+    if len == 0 {
+        return out;
+    }
+    let nan_aware =
+        |a: f32, b: f32, pick: fn(f32, f32) -> f32| if a.is_nan() || b.is_nan() { f32::NAN } else { pick(a, b) };
+    out.par_chunks_mut(inner).enumerate().for_each(|(o, dst)| {
+        let block = &x[o * len * inner..(o + 1) * len * inner];
+        dst.copy_from_slice(&block[..inner]);
+        for row in block.chunks_exact(inner).skip(1) {
+            match r {
+                ReduceOp::Sum | ReduceOp::Mean => {
+                    for (d, &v) in dst.iter_mut().zip(row) {
+                        *d += v;
+                    }
+                }
+                ReduceOp::Max => {
+                    for (d, &v) in dst.iter_mut().zip(row) {
+                        *d = nan_aware(*d, v, f32::max);
+                    }
+                }
+                ReduceOp::Min => {
+                    for (d, &v) in dst.iter_mut().zip(row) {
+                        *d = nan_aware(*d, v, f32::min);
+                    }
+                }
+            }
+        }
+        if r == ReduceOp::Mean {
+            let inv = 1.0 / len as f32;
+            for d in dst.iter_mut() {
+                *d *= inv;
+            }
+        }
+    });
+    out
 }
 
 /// Attention per (batch, head), one query row at a time, so only a row of `lk` scores ever

@@ -123,7 +123,7 @@ impl CpuProgram {
                 let value =
                     params.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
                 crate::feeds::check(name, &buf.ty, value.dtype, value.shape(), &mut BTreeMap::new())?;
-                self.params.insert(b, Storage::from_host(value.clone()));
+                self.params.insert(b, Storage::from_host_ref(value));
             }
         }
         self.precompute()
@@ -136,6 +136,10 @@ impl CpuProgram {
         let empty = BTreeMap::new();
         let static_shape = |ty: &rustral_ir::TensorType| concrete(&ty.shape.0, &empty).ok();
         for (b, buf) in self.program.buffers.iter().enumerate() {
+            // Constants do not change when parameters are bound again.
+            if self.params.contains_key(&b) {
+                continue;
+            }
             if let (BufferKind::Constant(op), Some(shape)) = (&buf.kind, static_shape(&buf.ty)) {
                 let t = crate::reference::eval_source(op, buf.ty.dtype, &shape)
                     .map_err(|message| EvalError::Runtime { place: self.source_place(b), message })?;

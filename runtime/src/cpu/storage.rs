@@ -18,6 +18,15 @@ pub enum Storage {
 }
 
 impl Storage {
+    /// As `from_host`, converting without taking (or copying) the host tensor first.
+    pub fn from_host_ref(t: &HostTensor) -> Storage {
+        if t.dtype == DType::F32 {
+            Storage::F32(Arc::new(t.data.iter().map(|&v| v as f32).collect()), t.shape().to_vec())
+        } else {
+            Storage::Wide(t.clone())
+        }
+    }
+
     /// From a host tensor, choosing the fast representation for f32.
     pub fn from_host(t: HostTensor) -> Storage {
         if t.dtype == DType::F32 {
