@@ -148,9 +148,17 @@ fn xor_is_learned_to_full_accuracy() {
 /// 98.1% on this split).
 #[test]
 fn the_digits_mlp_reaches_97_percent() {
-    let acc = training::digits::train(&digits_dir(), 30, false).unwrap();
+    let (acc, manifest) = training::digits::train(&digits_dir(), 30, false).unwrap();
     println!("digits test accuracy {acc:.3}");
     assert!(acc >= 0.97, "{acc}");
+    // Its run manifest: every step's loss, the data's checksums, valid against the schema.
+    assert_eq!(manifest.steps.len(), 30 * 1437usize.div_ceil(64));
+    assert!(manifest.steps.last().unwrap().loss < manifest.steps[0].loss);
+    assert_eq!(manifest.dataset.len(), 2);
+    let value = serde_json::to_value(&manifest).unwrap();
+    rustral::train::validate_manifest(&value).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    manifest.write(&dir.path().join("run.json")).unwrap();
 }
 
 /// The same training step on the CPU and WGSL targets: 20 steps of AdamW on an MLP give the

@@ -2,7 +2,8 @@
 //! split; pixels scaled by 1/16) with AdamW and a warmup + cosine schedule, on the CPU target.
 //!
 //! `cargo run --release -p rustral-models --example train_digits [-- DIGITS_DIR]` shows a
-//! progress bar, the test accuracy after each epoch, and a last line `test_accuracy 0.9xx`.
+//! progress bar, the test accuracy after each epoch, and a last line `test_accuracy 0.9xx`; the
+//! run manifest (schemas/run-manifest.schema.json) goes to `target/runs/train_digits.json`.
 
 #[path = "training/mod.rs"]
 mod training;
@@ -14,7 +15,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(1)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures/digits"));
-    let acc = training::digits::train(&dir, 30, true)?;
+    let (acc, manifest) = training::digits::train(&dir, 30, true)?;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/runs/train_digits.json");
+    manifest.write(&path)?;
+    eprintln!("run manifest: {}", path.display());
     println!("test_accuracy {acc:.3}");
     Ok(())
 }

@@ -7,6 +7,7 @@
 pub mod candle;
 pub mod cpu;
 mod feeds;
+pub mod provenance;
 pub mod reference;
 mod tensor;
 #[cfg(feature = "wgpu")]

@@ -3,7 +3,7 @@
 use super::{accuracy, graphs, progress};
 use rustral::frontend::ParamStore;
 use rustral::prelude::*;
-use rustral::train::{Optimizer, Schedule, Trainer};
+use rustral::train::{DatasetRecord, Optimizer, RunManifest, Schedule, Trainer};
 use std::path::Path;
 
 /// Rows of pixels (scaled to [0, 1]) and labels from a `p0..p63,label` CSV.
@@ -33,9 +33,9 @@ fn batch(pixels: &[f64], labels: &[usize], rows: &[usize]) -> (HostTensor, HostT
     )
 }
 
-/// Train for `epochs` on the digits in `dir`; returns the last test accuracy. With `show`, a
-/// progress bar and each epoch's test accuracy on stderr.
-pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<f64, Box<dyn std::error::Error>> {
+/// Train for `epochs` on the digits in `dir`; returns the last test accuracy and the run's
+/// manifest. With `show`, a progress bar and each epoch's test accuracy on stderr.
+pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<(f64, RunManifest), Box<dyn std::error::Error>> {
     let (train_x, train_y) = read(&dir.join("train.csv"))?;
     let (test_x, test_y) = read(&dir.join("test.csv"))?;
     let sizes = [64, 128, 10];
@@ -46,7 +46,13 @@ pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<f64, Box<dyn std::
     let total = epochs * per_epoch;
     let schedule = Schedule::WarmupCosine { warmup: per_epoch, total, min_factor: 0.05 };
     let params = ParamStore::init(&train.params, 0);
-    let mut trainer = Trainer::new(&train, "loss", Target::Cpu, &options, Optimizer::adamw(0.01), schedule, params)?;
+    let optimizer = Optimizer::adamw(0.01);
+    let mut trainer = Trainer::new(&train, "loss", Target::Cpu, &options, optimizer, schedule, params)?;
+    let config = serde_json::json!({ "layers": sizes, "activation": "tanh", "epochs": epochs, "batch_size": batch_size, "seed": 0 });
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut manifest = RunManifest::new("train_digits", "cpu", "O2", config, optimizer, schedule, &root);
+    manifest.dataset = vec![DatasetRecord::of(&dir.join("train.csv"))?, DatasetRecord::of(&dir.join("test.csv"))?];
+    let start = std::time::Instant::now();
     let mut session = Session::compile(&infer.graph, Target::Cpu, &options)?;
     let all: Vec<usize> = (0..test_y.len()).collect();
     let (tx, _) = batch(&test_x, &test_y, &all);
@@ -62,6 +68,7 @@ pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<f64, Box<dyn std::
         for rows in order.chunks(batch_size) {
             let (x, y) = batch(&train_x, &train_y, rows);
             let loss = trainer.step(&[("x", x), ("y", y)])?;
+            manifest.step(loss, start.elapsed().as_secs_f64());
             bar.set_message(format!("{loss:.4}"));
             bar.inc(1);
         }
@@ -73,5 +80,6 @@ pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<f64, Box<dyn std::
         }
     }
     bar.finish();
-    Ok(acc)
+    manifest.config["test_accuracy"] = serde_json::json!(acc);
+    Ok((acc, manifest))
 }

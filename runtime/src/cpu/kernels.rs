@@ -690,8 +690,7 @@ fn gather_rows(table: (&[f32], &[usize]), ids: &Storage) -> Option<Vec<f32>> {
     Some(out)
 }
 
-/// `out[idx] = x[idx permuted back]`. When the last axis stays last, whole rows are copied;
-/// otherwise elements are gathered walking the output in order.
+/// `out[idx] = x[idx permuted back]`, an output row at a time (rows in parallel).
 fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
     let mut contiguous = vec![1usize; x.1.len()];
     for i in (0..x.1.len().saturating_sub(1)).rev() {
@@ -700,32 +699,29 @@ fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
     let st: Vec<usize> = perm.iter().map(|&p| contiguous[p]).collect();
     let total: usize = out.iter().product();
     let rank = out.len();
-    if rank >= 2 && perm[rank - 1] == rank - 1 && out[rank - 1] > 0 {
-        let width = out[rank - 1];
-        let mut result = vec![0.0f32; total];
-        let outer = &out[..rank - 1];
-        result.par_chunks_mut(width).enumerate().for_each(|(row, dst)| {
-            let (mut rem, mut base) = (row, 0);
-            for dd in (0..outer.len()).rev() {
-                base += (rem % outer[dd]) * st[dd];
-                rem /= outer[dd];
-            }
-            dst.copy_from_slice(&x.0[base..base + width]);
-        });
-        return result;
+    if rank == 0 || out[rank - 1] == 0 || total == 0 {
+        return x.0.iter().take(total).copied().collect();
     }
-    let mut result = Vec::with_capacity(total);
-    let mut index = vec![0usize; out.len()];
-    for _ in 0..total {
-        result.push(x.0[index.iter().zip(&st).map(|(i, s)| i * s).sum::<usize>()]);
-        for dd in (0..out.len()).rev() {
-            index[dd] += 1;
-            if index[dd] < out[dd] {
-                break;
-            }
-            index[dd] = 0;
+    // One output row (the last axis) at a time, in parallel: a contiguous copy when the last
+    // axis stays last, else a gather with the input stride of the axis that lands there.
+    let width = out[rank - 1];
+    let step = st[rank - 1];
+    let mut result = vec![0.0f32; total];
+    let outer = &out[..rank - 1];
+    result.par_chunks_mut(width).enumerate().for_each(|(row, dst)| {
+        let (mut rem, mut base) = (row, 0);
+        for dd in (0..outer.len()).rev() {
+            base += (rem % outer[dd]) * st[dd];
+            rem /= outer[dd];
         }
-    }
+        if step == 1 {
+            dst.copy_from_slice(&x.0[base..base + width]);
+        } else {
+            for (j, d) in dst.iter_mut().enumerate() {
+                *d = x.0[base + j * step];
+            }
+        }
+    });
     result
 }
 

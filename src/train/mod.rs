@@ -8,7 +8,12 @@
 //! target after each step: simple and exact, but a round trip per step (keeping parameters and
 //! state resident on the device is not done yet).
 
+mod manifest;
+
+pub use manifest::{DatasetRecord, OptimizerRecord, RunManifest, StepRecord, validate as validate_manifest};
+
 use crate::{CompileOptions, Result, Session, Target};
+use rayon::prelude::*;
 use rustral_frontend::{ParamSpec, ParamStore, ParamValue, Traced};
 use rustral_ir::DType;
 use rustral_passes::grad::{grad, grad_output_name};
@@ -90,8 +95,17 @@ impl Optimizer {
     }
 
     /// Update `p` in place from gradient `g` at step `t` (1-based) with learning-rate factor
-    /// `f`; `m` and `v` are the state (momentum; first and second moments).
+    /// `f`; `m` and `v` are the state (momentum; first and second moments). Elementwise, so
+    /// chunks update in parallel with the same result as in order.
     fn update(&self, t: usize, f: f64, p: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64]) {
+        const CHUNK: usize = 1 << 14;
+        p.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
+            .for_each(|((p, g), (m, v))| self.update_chunk(t, f, p, g, m, v));
+    }
+
+    fn update_chunk(&self, t: usize, f: f64, p: &mut [f64], g: &[f64], m: &mut [f64], v: &mut [f64]) {
         match *self {
             Optimizer::Sgd { lr, momentum, weight_decay } => {
                 for i in 0..p.len() {
