@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod char_gpt;
 pub mod digits;
 
 use indicatif::{ProgressBar, ProgressStyle};
