@@ -195,6 +195,43 @@ impl Session {
         Ok(())
     }
 
+    /// Change the bound parameters in place where the target allows it (the CPU target):
+    /// `f` gets each parameter's name and f32 values. Returns false, changing nothing, on other
+    /// targets (bind the new values instead).
+    pub fn update_params(&mut self, f: impl FnMut(&str, &mut [f32])) -> Result<bool> {
+        match &mut self.backend {
+            Backend::Cpu(cpu) => Ok(cpu.update_params(f)?),
+            _ => Ok(false),
+        }
+    }
+
+    /// On the WGSL target: run, read back only output `loss`, and update each `(parameter,
+    /// gradient output)` pair on the device (parameters and optimizer state never leave it).
+    /// None on other targets.
+    #[cfg(feature = "wgsl")]
+    pub fn step_on_device(
+        &mut self,
+        inputs: &[(&str, HostTensor)],
+        loss: &str,
+        pairs: &[(String, String)],
+        update: rustral_runtime::wgpu::DeviceUpdate,
+    ) -> Result<Option<f64>> {
+        let Backend::Wgsl(w, _) = &self.backend else { return Ok(None) };
+        let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();
+        let out = w.run_only(&inputs, &[loss])?;
+        w.update_on_device(pairs, update)?;
+        Ok(Some(out.first().map_or(f64::NAN, |(_, t)| t.to_vec()[0])))
+    }
+
+    /// On the WGSL target: the named parameters' current values on the device.
+    #[cfg(feature = "wgsl")]
+    pub fn device_params(&self, names: &[String]) -> Result<Option<Vec<Vec<f32>>>> {
+        match &self.backend {
+            Backend::Wgsl(w, _) => Ok(Some(w.read_params(names)?)),
+            _ => Ok(None),
+        }
+    }
+
     /// Run on named inputs; outputs in order.
     pub fn run(&self, inputs: &[(&str, HostTensor)]) -> Result<Vec<(String, HostTensor)>> {
         let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();

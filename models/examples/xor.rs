@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     bar.finish();
     let mut session = Session::compile(&infer.graph, Target::Cpu, &options)?;
-    session.bind(trainer.params())?;
+    session.bind(trainer.params()?)?;
     let logits = session.run(&[("x", x)])?.remove(0).1;
     for (r, l) in logits.to_vec().chunks(2).enumerate() {
         println!("{:?} -> {}", [r / 2, r % 2], if l[1] > l[0] { 1 } else { 0 });

@@ -196,6 +196,11 @@ pub struct Trainer {
     optimizer: Optimizer,
     schedule: Schedule,
     loss: String,
+    /// True when the parameters and optimizer state live on the device (the WGSL target) and
+    /// `params` is behind it.
+    on_device: bool,
+    /// `params` is older than the device's.
+    host_stale: bool,
 }
 
 impl Trainer {
@@ -213,14 +218,63 @@ impl Trainer {
         let specs: Vec<ParamSpec> = traced.params.iter().filter(|p| p.dtype.is_float()).cloned().collect();
         let names: Vec<String> = specs.iter().map(|p| p.name.clone()).collect();
         let g = training_graph(&traced.graph, loss, &names, options)?;
+        #[cfg(feature = "wgsl")]
+        let on_device = matches!(target, Target::Wgsl);
+        #[cfg(not(feature = "wgsl"))]
+        let on_device = false;
         let mut session = Session::compile(&g, target, options)?;
         session.bind(&params)?;
         let state = specs.iter().map(|p| (p.name.clone(), (vec![0.0; p.numel()], vec![0.0; p.numel()]))).collect();
-        Ok(Trainer { session, specs, params, state, step: 0, optimizer, schedule, loss: loss.into() })
+        Ok(Trainer {
+            session,
+            specs,
+            params,
+            state,
+            step: 0,
+            optimizer,
+            schedule,
+            loss: loss.into(),
+            on_device,
+            host_stale: false,
+        })
     }
 
     /// One step on a batch (the graph's inputs by name): returns the loss before the update.
+    /// On the WGSL target the update runs on the device (in f32) and only the loss is read
+    /// back; elsewhere the optimizer runs on the host in f64.
     pub fn step(&mut self, batch: &[(&str, HostTensor)]) -> Result<f64> {
+        #[cfg(feature = "wgsl")]
+        if self.on_device {
+            let t = self.step + 1;
+            let f = self.schedule.factor(t);
+            let update = match self.optimizer {
+                Optimizer::Sgd { lr, momentum, weight_decay } => rustral_runtime::wgpu::DeviceUpdate::Sgd {
+                    lr: (lr * f) as f32,
+                    momentum: momentum as f32,
+                    weight_decay: weight_decay as f32,
+                },
+                Optimizer::Adam { lr, beta1, beta2, eps, weight_decay }
+                | Optimizer::AdamW { lr, beta1, beta2, eps, weight_decay } => {
+                    rustral_runtime::wgpu::DeviceUpdate::Adam {
+                        lr: (lr * f) as f32,
+                        beta1: beta1 as f32,
+                        beta2: beta2 as f32,
+                        eps: eps as f32,
+                        weight_decay: weight_decay as f32,
+                        c1: (1.0 - beta1.powi(t as i32)) as f32,
+                        c2: (1.0 - beta2.powi(t as i32)) as f32,
+                        decoupled: matches!(self.optimizer, Optimizer::AdamW { .. }),
+                    }
+                }
+            };
+            let pairs: Vec<(String, String)> =
+                self.specs.iter().map(|p| (p.name.clone(), grad_output_name(&p.name))).collect();
+            if let Some(loss) = self.session.step_on_device(batch, &self.loss, &pairs, update)? {
+                self.step = t;
+                self.host_stale = true;
+                return Ok(loss);
+            }
+        }
         let out = self.session.run(batch)?;
         let value = |name: &str| out.iter().find(|(n, _)| n == name).map(|(_, t)| t.to_vec());
         let loss = value(&self.loss).map_or(f64::NAN, |v| v[0]);
@@ -237,13 +291,35 @@ impl Trainer {
             }
             self.params.insert(&spec.name, ParamValue { dtype: spec.dtype, shape: spec.shape.clone(), data });
         }
-        self.session.bind(&self.params)?;
+        // In place where the target holds f32 parameters (no conversion of every tensor).
+        let params = &self.params;
+        let updated = self.session.update_params(|name, values| {
+            if let Some(p) = params.get(name) {
+                for (v, &x) in values.iter_mut().zip(&p.data) {
+                    *v = x as f32;
+                }
+            }
+        })?;
+        if !updated {
+            self.session.bind(&self.params)?;
+        }
         Ok(loss)
     }
 
-    /// The current parameters.
-    pub fn params(&self) -> &ParamStore {
-        &self.params
+    /// The current parameters (read back from the device when they live there).
+    pub fn params(&mut self) -> Result<&ParamStore> {
+        #[cfg(feature = "wgsl")]
+        if self.host_stale {
+            let names: Vec<String> = self.specs.iter().map(|p| p.name.clone()).collect();
+            if let Some(values) = self.session.device_params(&names)? {
+                for (spec, v) in self.specs.iter().zip(values) {
+                    let data = v.into_iter().map(f64::from).collect();
+                    self.params.insert(&spec.name, ParamValue { dtype: spec.dtype, shape: spec.shape.clone(), data });
+                }
+            }
+            self.host_stale = false;
+        }
+        Ok(&self.params)
     }
 
     /// Steps taken.
@@ -264,6 +340,11 @@ impl Trainer {
     /// Write the parameters, the optimizer state (`optimizer.{m,v}.<name>`, f64) and the step
     /// count (`optimizer.step`) to a safetensors file.
     pub fn save_checkpoint(&self, path: &Path) -> Result<()> {
+        if self.on_device {
+            return Err(crate::Error::Usage(
+                "checkpoints of optimizer state kept on the device (the WGSL target) are not supported yet".into(),
+            ));
+        }
         let mut store = self.params.clone();
         for (name, (m, v)) in &self.state {
             let shape = self.params.get(name).expect("state per parameter").shape.clone();
@@ -279,6 +360,11 @@ impl Trainer {
 
     /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model.
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
+        if self.on_device {
+            return Err(crate::Error::Usage(
+                "checkpoints of optimizer state kept on the device (the WGSL target) are not supported yet".into(),
+            ));
+        }
         let mut specs = self.specs.clone();
         for p in &self.specs {
             for kind in ["m", "v"] {

@@ -110,7 +110,7 @@ pub fn train(text: &str, steps: usize, prompt: &str, show: bool) -> Result<Outco
     let final_loss = tail.iter().sum::<f64>() / tail.len() as f64;
 
     let mut session = Session::compile(&infer.graph, Target::Cpu, &options)?;
-    session.bind(trainer.params())?;
+    session.bind(trainer.params()?)?;
     let mut context: Vec<usize> = prompt.chars().filter_map(|c| chars.binary_search(&c).ok()).collect();
     if context.is_empty() {
         context.push(0);

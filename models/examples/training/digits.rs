@@ -72,7 +72,7 @@ pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<(f64, RunManifest)
             bar.set_message(format!("{loss:.4}"));
             bar.inc(1);
         }
-        session.bind(trainer.params())?;
+        session.bind(trainer.params()?)?;
         let logits = session.run(&[("x", tx.clone())])?.remove(0).1;
         acc = accuracy(&logits, &test_y);
         if show {

@@ -17,6 +17,7 @@ use crate::tensor::HostTensor;
 use rustral_ir::Op;
 use rustral_lowering::{BufferKind, Program};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 pub use storage::Storage;
 use thiserror::Error;
@@ -114,6 +115,33 @@ impl CpuProgram {
     /// Threads used.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Change bound f32 parameters in place (`f` gets each one's name and values; a training
+    /// step's update), then recompute what depends on them. Returns false, changing nothing,
+    /// when a parameter is not bound or not held as f32.
+    pub fn update_params(&mut self, mut f: impl FnMut(&str, &mut [f32])) -> Result<bool, CpuError> {
+        let params: Vec<(usize, String)> = self
+            .program
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(b, buf)| match &buf.kind {
+                BufferKind::Param(name) => Some((b, name.clone())),
+                _ => None,
+            })
+            .collect();
+        if !params.iter().all(|(b, _)| matches!(self.params.get(b), Some(Storage::F32(..)))) {
+            return Ok(false);
+        }
+        for (b, name) in &params {
+            if let Some(Storage::F32(values, _)) = self.params.get_mut(b) {
+                let values: &mut Vec<f32> = Arc::make_mut(values);
+                f(name, values);
+            }
+        }
+        self.precompute()?;
+        Ok(true)
     }
 
     /// Bind parameter values once; each must match its declared (static) type.

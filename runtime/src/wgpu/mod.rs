@@ -8,9 +8,11 @@
 
 mod disk;
 mod gpu;
+mod optim;
 
 pub use disk::{load, save};
 pub use gpu::Gpu;
+pub use optim::DeviceUpdate;
 
 use crate::reference::EvalError;
 use crate::tensor::HostTensor;
@@ -95,6 +97,8 @@ pub struct WgpuProgram {
     fixed: HashMap<usize, (wgpu::Buffer, Vec<usize>)>,
     /// Storage for the last binding of the symbolic dims.
     bound: Mutex<Option<Bound>>,
+    /// The optimizer's pipeline and state, once a step ran on the device.
+    optimizer: Mutex<Option<optim::State>>,
 }
 
 /// Device storage for one binding of the symbolic dims.
@@ -145,7 +149,14 @@ impl WgpuProgram {
             )?;
             pipelines.push(gpu.pipeline(k).map_err(|message| WgpuError::Device { place, message })?);
         }
-        Ok(WgpuProgram { program, gpu, pipelines, fixed: HashMap::new(), bound: Mutex::new(None) })
+        Ok(WgpuProgram {
+            program,
+            gpu,
+            pipelines,
+            fixed: HashMap::new(),
+            bound: Mutex::new(None),
+            optimizer: Mutex::new(None),
+        })
     }
 
     /// Load a program folder written by [`save`] and bind its parameters.
@@ -210,6 +221,19 @@ impl WgpuProgram {
         self.outputs(bound)
     }
 
+    /// Run, reading back only the outputs named (a training step reads the loss and leaves
+    /// the gradients on the device).
+    pub fn run_only(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        names: &[&str],
+    ) -> Result<Vec<(String, HostTensor)>, WgpuError> {
+        let guard = self.prepare(inputs)?;
+        let bound = guard.as_ref().expect("prepared");
+        self.dispatch(bound, Phase::Run)?;
+        self.outputs_named(bound, names)
+    }
+
     /// Run with each kernel in its own submission, waited for: the wall time of every `run`
     /// kernel in schedule order (slower than `run`; for finding the expensive kernels).
     pub fn profile(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<KernelTime>, WgpuError> {
@@ -269,11 +293,19 @@ impl WgpuProgram {
 
     /// Read the outputs back.
     fn outputs(&self, bound: &Bound) -> Result<Vec<(String, HostTensor)>, WgpuError> {
+        let names: Vec<&str> = self.program.outputs.iter().map(|o| o.name.as_str()).collect();
+        self.outputs_named(bound, &names)
+    }
+
+    /// Read the named outputs back, in program order.
+    fn outputs_named(&self, bound: &Bound, names: &[&str]) -> Result<Vec<(String, HostTensor)>, WgpuError> {
         let p = &self.program;
-        let outs: Vec<usize> = p.outputs.iter().map(|o| o.buffer).collect();
+        let chosen: Vec<&rustral_lowering::wgsl::NamedBuffer> =
+            p.outputs.iter().filter(|o| names.contains(&o.name.as_str())).collect();
+        let outs: Vec<usize> = chosen.iter().map(|o| o.buffer).collect();
         let data = self.read(bound, &outs)?;
-        p.outputs
-            .iter()
+        chosen
+            .into_iter()
             .zip(data)
             .map(|(o, words)| {
                 let buf = &p.buffers[o.buffer];
