@@ -109,7 +109,7 @@ proptest! {
             let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
             s.bind(&store).unwrap();
             let got = s.run(&store_free).unwrap_or_else(|e| panic!("{target:?} {level:?}: {e}"));
-            max_error(&want, &got, 1e-3, 1e-3, &format!("{target:?} {level:?} {elementwise:?}"));
+            max_error(&want, &got, 1e-3, 1e-3, &format!("{target:?} {level:?} {elementwise:?} on\n{}", rustral::ir::print(&g)));
         }
     }
 }

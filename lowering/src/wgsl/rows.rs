@@ -110,9 +110,8 @@ pub(crate) fn norm(ctx: &Ctx, head: &Head, eps: f64, center: bool, ops: &[Operan
     if ops.len() > 1 {
         v = format!("{v} * {}", sh.load("gamma", "j"));
     }
-    if ops.len() > 2 {
-        v = format!("{v} + {}", sh.load("beta", "j"));
-    }
+    // An absent beta is 0 as the IR defines it (so -0 becomes +0).
+    v = if ops.len() > 2 { format!("{v} + {}", sh.load("beta", "j")) } else { format!("{v} + 0.0") };
     let v = helpers::round(&mut sh, out.dtype, &v);
     let store = sh.store("base + j", &v);
     sh.line(2, &store);

@@ -447,10 +447,11 @@ simd::multiversion! {
                     .zip(row)
                     .zip(g.iter().zip(b))
                     .for_each(|((d, &v), (&gg, &bb))| _ = d.write((v - mean) * inv * gg + bb)),
+                // `+ 0.0` as the IR defines it (an absent beta is 0): -0 becomes +0.
                 (Some(g), None) => {
-                    o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| _ = d.write((v - mean) * inv * gg))
+                    o.iter_mut().zip(row).zip(g).for_each(|((d, &v), &gg)| _ = d.write((v - mean) * inv * gg + 0.0))
                 }
-                _ => o.iter_mut().zip(row).for_each(|(d, &v)| _ = d.write((v - mean) * inv)),
+                _ => o.iter_mut().zip(row).for_each(|(d, &v)| _ = d.write((v - mean) * inv + 0.0)),
             }
         }
     }
@@ -530,7 +531,7 @@ fn reduce_middle(x: &[f32], outer: usize, len: usize, inner: usize, r: ReduceOp)
         ReduceOp::Min => f32::INFINITY,
     };
     let mut out = vec![identity; outer * inner];
-    if len == 0 {
+    if len == 0 || out.is_empty() {
         return out;
     }
     let nan_aware =
