@@ -9,10 +9,9 @@ use rustral::ir::DType;
 use rustral::prelude::*;
 use rustral::runtime::cpu::Elementwise;
 use rustral::runtime::reference::evaluate;
-use std::collections::HashMap;
 
 mod common;
-use common::{inputs, max_error, models, reference, values};
+use common::{inputs, max_error, models, random_graph_feeds, reference};
 
 /// On the CPU target and the Candle target's CPU device. Tolerance: 1e-4 absolute + 1e-4
 /// relative on every output value.
@@ -78,20 +77,9 @@ proptest! {
     #[test]
     fn random_graphs_match_the_reference(g in rustral::ir::testing::arb_graph(20)) {
         let t = Traced { graph: g.clone(), params: vec![] };
-        let feeds: Vec<(String, HostTensor)> = inputs(&g, 2, 3, 2)
-            .into_iter()
-            .chain(g.params().into_iter().enumerate().map(|(i, (name, id))| {
-                let ty = &g.node(id).unwrap().ty;
-                let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().unwrap_or(2)).collect();
-                let n = shape.iter().product();
-                (name, HostTensor::new(ty.dtype, &shape, values(i as u64 + 9, n)).unwrap())
-            }))
-            .collect();
-        let all: HashMap<String, HostTensor> = feeds.iter().cloned().collect();
-        let Ok(want) = evaluate(&g, &all) else { return Ok(()) };
-        let params: HashMap<String, HostTensor> = g.params().into_iter().map(|(n, _)| (n.clone(), all[&n].clone())).collect();
-        let store_free: Vec<(&str, HostTensor)> =
-            feeds.iter().filter(|(n, _)| !params.contains_key(n)).map(|(n, v)| (n.as_str(), v.clone())).collect();
+        let feeds = random_graph_feeds(&g);
+        let Ok(want) = evaluate(&g, &feeds.all) else { return Ok(()) };
+        let free: Vec<(&str, HostTensor)> = feeds.inputs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         let candle = || Target::Candle(rustral::runtime::candle::Device::Cpu);
         let modes = [
             (Target::Cpu, OptLevel::O0, Elementwise::Jit),
@@ -101,14 +89,10 @@ proptest! {
             (candle(), OptLevel::O2, Elementwise::Jit),
         ];
         for (target, level, elementwise) in modes {
-            let mut store = ParamStore::default();
-            for (n, v) in &params {
-                store.insert(n, rustral::frontend::ParamValue { dtype: v.dtype, shape: v.shape().to_vec(), data: v.to_vec() });
-            }
             let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
             let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
-            s.bind(&store).unwrap();
-            let got = s.run(&store_free).unwrap_or_else(|e| panic!("{target:?} {level:?}: {e}"));
+            s.bind(&feeds.store).unwrap();
+            let got = s.run(&free).unwrap_or_else(|e| panic!("{target:?} {level:?}: {e}"));
             max_error(&want, &got, 1e-3, 1e-3, &format!("{target:?} {level:?} {elementwise:?} on\n{}", rustral::ir::print(&g)));
         }
     }

@@ -10,7 +10,7 @@ use rustral::runtime::reference::evaluate;
 use std::collections::HashMap;
 
 mod common;
-use common::{inputs, max_error, models, reference, values, wgsl_available};
+use common::{inputs, max_error, models, random_graph_feeds, reference, wgsl_available};
 
 /// Tolerance: 1e-4 absolute + 1e-4 relative on every output value (f32 kernels accumulating in
 /// f32, polynomial erf/tanh).
@@ -75,28 +75,13 @@ proptest! {
         if !wgsl_available() {
             return Ok(());
         }
-        let feeds: Vec<(String, HostTensor)> = inputs(&g, 2, 3, 2)
-            .into_iter()
-            .chain(g.params().into_iter().enumerate().map(|(i, (name, id))| {
-                let ty = &g.node(id).unwrap().ty;
-                let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().unwrap_or(2)).collect();
-                let n = shape.iter().product();
-                (name, HostTensor::new(ty.dtype, &shape, values(i as u64 + 9, n)).unwrap())
-            }))
-            .collect();
-        let all: HashMap<String, HostTensor> = feeds.iter().cloned().collect();
-        let Ok(want) = evaluate(&g, &all) else { return Ok(()) };
-        prop_assume!(values_are_portable(&g, &all));
-        let mut store = ParamStore::default();
-        for (n, _) in g.params() {
-            let v = &all[&n];
-            store.insert(&n, rustral::frontend::ParamValue { dtype: v.dtype, shape: v.shape().to_vec(), data: v.to_vec() });
-        }
-        let free: Vec<(&str, HostTensor)> =
-            feeds.iter().filter(|(n, _)| store.get(n).is_none()).map(|(n, v)| (n.as_str(), v.clone())).collect();
+        let feeds = random_graph_feeds(&g);
+        let Ok(want) = evaluate(&g, &feeds.all) else { return Ok(()) };
+        prop_assume!(values_are_portable(&g, &feeds.all));
+        let free: Vec<(&str, HostTensor)> = feeds.inputs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
         for level in [OptLevel::O0, OptLevel::O2] {
             let mut s = Session::compile(&g, Target::Wgsl, &CompileOptions { level, ..CompileOptions::default() }).unwrap();
-            s.bind(&store).unwrap();
+            s.bind(&feeds.store).unwrap();
             let got = s.run(&free).unwrap_or_else(|e| panic!("{level:?}: {e}"));
             max_error(&want, &got, 1e-3, 1e-3, &format!("wgsl {level:?} on\n{}", rustral::ir::print(&g)));
         }

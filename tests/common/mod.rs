@@ -122,3 +122,27 @@ pub fn wgsl_available() -> bool {
         }
     }
 }
+
+/// Feeds for a random graph: every value (inputs and parameters, symbolic dims 2 and 3) by
+/// name, the parameters as a store, and the inputs alone.
+pub struct RandomFeeds {
+    pub all: HashMap<String, HostTensor>,
+    pub store: ParamStore,
+    pub inputs: Vec<(String, HostTensor)>,
+}
+
+pub fn random_graph_feeds(g: &Graph) -> RandomFeeds {
+    let inputs = inputs(g, 2, 3, 2);
+    let mut all: HashMap<String, HostTensor> = inputs.iter().cloned().collect();
+    let mut store = ParamStore::default();
+    for (i, (name, id)) in g.params().into_iter().enumerate() {
+        let ty = &g.node(id).unwrap().ty;
+        let shape: Vec<usize> = ty.shape.dims().iter().map(|d| d.as_static().unwrap_or(2)).collect();
+        let n = shape.iter().product();
+        let data = values(i as u64 + 9, n);
+        store
+            .insert(&name, rustral::frontend::ParamValue { dtype: ty.dtype, shape: shape.clone(), data: data.clone() });
+        all.insert(name, HostTensor::new(ty.dtype, &shape, data).unwrap());
+    }
+    RandomFeeds { all, store, inputs }
+}
