@@ -232,6 +232,27 @@ impl Session {
         }
     }
 
+    /// On the WGSL target: the optimizer moments of the named parameters on the device.
+    #[cfg(feature = "wgsl")]
+    pub fn device_moments(&self, names: &[String]) -> Result<Option<Vec<rustral_runtime::wgpu::Moments>>> {
+        match &self.backend {
+            Backend::Wgsl(w, _) => Ok(Some(w.read_moments(names)?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// On the WGSL target: set a parameter's optimizer moments on the device (false elsewhere).
+    #[cfg(feature = "wgsl")]
+    pub fn set_device_moments(&self, name: &str, m: &[f32], v: &[f32]) -> Result<bool> {
+        match &self.backend {
+            Backend::Wgsl(w, _) => {
+                w.write_moments(name, m, v)?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Run on named inputs; outputs in order.
     pub fn run(&self, inputs: &[(&str, HostTensor)]) -> Result<Vec<(String, HostTensor)>> {
         let inputs: HashMap<String, HostTensor> = inputs.iter().map(|(n, t)| (n.to_string(), t.clone())).collect();

@@ -230,3 +230,37 @@ fn a_model_traced_for_training_with_dropout_trains() {
     let losses: Vec<f64> = (0..30).map(|_| tr.step(&[("input_ids", ids.clone())]).unwrap()).collect();
     assert!(losses[29] < losses[0] - 0.5, "{losses:?}");
 }
+
+/// On the WGSL target too (parameters and moments read back from the device, and written back
+/// to it on resume): five steps, a checkpoint, a fresh trainer and five more give the losses
+/// and parameters of ten steps in one go.
+#[test]
+fn wgsl_checkpoints_resume_the_same_trajectory() {
+    if !common::wgsl_available() {
+        return;
+    }
+    let (train, _) = training::graphs(&[4, 8, 3]);
+    let x = HostTensor::new(DType::F32, &[6, 4], rustral::runtime::seeded_values(3, 24)).unwrap();
+    let y = HostTensor::new(DType::I64, &[6], vec![0.0, 1.0, 2.0, 1.0, 0.0, 2.0]).unwrap();
+    let batch = [("x", x), ("y", y)];
+    let new = || {
+        let params = ParamStore::init(&train.params, 4);
+        Trainer::new(&train, "loss", Target::Wgsl, &options(), Optimizer::adamw(0.05), Schedule::Constant, params)
+            .unwrap()
+    };
+    let mut straight = new();
+    let losses: Vec<f64> = (0..10).map(|_| straight.step(&batch).unwrap()).collect();
+    let mut first = new();
+    for _ in 0..5 {
+        first.step(&batch).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("step5.safetensors");
+    first.save_checkpoint(&path).unwrap();
+    let mut resumed = new();
+    resumed.load_checkpoint(&path).unwrap();
+    let rest: Vec<f64> = (0..5).map(|_| resumed.step(&batch).unwrap()).collect();
+    println!("straight {:?}\nresumed  {rest:?}", &losses[5..]);
+    assert_eq!(rest, losses[5..].to_vec());
+    assert_eq!(resumed.params().unwrap(), straight.params().unwrap());
+}

@@ -308,18 +308,28 @@ impl Trainer {
 
     /// The current parameters (read back from the device when they live there).
     pub fn params(&mut self) -> Result<&ParamStore> {
+        self.sync_from_device()?;
+        Ok(&self.params)
+    }
+
+    /// Bring the host's parameters and optimizer state up to the device's.
+    fn sync_from_device(&mut self) -> Result<()> {
         #[cfg(feature = "wgsl")]
         if self.host_stale {
             let names: Vec<String> = self.specs.iter().map(|p| p.name.clone()).collect();
-            if let Some(values) = self.session.device_params(&names)? {
-                for (spec, v) in self.specs.iter().zip(values) {
+            if let (Some(values), Some(moments)) =
+                (self.session.device_params(&names)?, self.session.device_moments(&names)?)
+            {
+                for ((spec, v), (m, s)) in self.specs.iter().zip(values).zip(moments) {
                     let data = v.into_iter().map(f64::from).collect();
                     self.params.insert(&spec.name, ParamValue { dtype: spec.dtype, shape: spec.shape.clone(), data });
+                    let widen = |x: Vec<f32>| x.into_iter().map(f64::from).collect::<Vec<f64>>();
+                    self.state.insert(spec.name.clone(), (widen(m), widen(s)));
                 }
             }
             self.host_stale = false;
         }
-        Ok(&self.params)
+        Ok(())
     }
 
     /// Steps taken.
@@ -338,13 +348,10 @@ impl Trainer {
     }
 
     /// Write the parameters, the optimizer state (`optimizer.{m,v}.<name>`, f64) and the step
-    /// count (`optimizer.step`) to a safetensors file.
-    pub fn save_checkpoint(&self, path: &Path) -> Result<()> {
-        if self.on_device {
-            return Err(crate::Error::Usage(
-                "checkpoints of optimizer state kept on the device (the WGSL target) are not supported yet".into(),
-            ));
-        }
+    /// count (`optimizer.step`) to a safetensors file (read back from the device first when
+    /// they live there).
+    pub fn save_checkpoint(&mut self, path: &Path) -> Result<()> {
+        self.sync_from_device()?;
         let mut store = self.params.clone();
         for (name, (m, v)) in &self.state {
             let shape = self.params.get(name).expect("state per parameter").shape.clone();
@@ -360,11 +367,6 @@ impl Trainer {
 
     /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model.
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
-        if self.on_device {
-            return Err(crate::Error::Usage(
-                "checkpoints of optimizer state kept on the device (the WGSL target) are not supported yet".into(),
-            ));
-        }
         let mut specs = self.specs.clone();
         for p in &self.specs {
             for kind in ["m", "v"] {
@@ -383,6 +385,14 @@ impl Trainer {
         }
         self.step = store.get("optimizer.step").map_or(0, |s| s.data[0] as usize);
         self.session.bind(&self.params)?;
+        #[cfg(feature = "wgsl")]
+        if self.on_device {
+            for (name, (m, v)) in &self.state {
+                let f = |x: &[f64]| x.iter().map(|&y| y as f32).collect::<Vec<f32>>();
+                self.session.set_device_moments(name, &f(m), &f(v))?;
+            }
+        }
+        self.host_stale = false;
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ mod optim;
 
 pub use disk::{load, save};
 pub use gpu::Gpu;
-pub use optim::DeviceUpdate;
+pub use optim::{DeviceUpdate, Moments};
 
 use crate::reference::EvalError;
 use crate::tensor::HostTensor;

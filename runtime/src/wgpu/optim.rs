@@ -88,6 +88,9 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) n
 }
 ";
 
+/// A parameter's optimizer moments (first, second), as read back from the device.
+pub type Moments = (Vec<f32>, Vec<f32>);
+
 /// The optimizer's pipeline and its state buffers by parameter name.
 pub(super) struct State {
     pipeline: wgpu::ComputePipeline,
@@ -177,6 +180,44 @@ impl WgpuProgram {
         let ids: Vec<usize> = names.iter().map(|n| self.buffer_of_param(n)).collect::<Result<_, _>>()?;
         let words = self.read(bound, &ids)?;
         Ok(words.into_iter().map(|w| w.into_iter().map(f32::from_bits).collect()).collect())
+    }
+
+    /// The optimizer's moments of each named parameter (zeros before its first step).
+    pub fn read_moments(&self, names: &[String]) -> Result<Vec<Moments>, WgpuError> {
+        let state = self.optimizer.lock().expect("no step panicked holding the lock");
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let n = self.param_elements(name)?;
+            let moments = state.as_ref().and_then(|s| s.moments.get(name));
+            out.push(match moments {
+                Some((m, v)) => {
+                    let mut w = self.gpu.read(vec![(m, n * 4), (v, n * 4)])?.into_iter();
+                    let mut next =
+                        || w.next().unwrap_or_default().into_iter().map(f32::from_bits).collect::<Vec<f32>>();
+                    (next(), next())
+                }
+                None => (vec![0.0; n as usize], vec![0.0; n as usize]),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Set a parameter's optimizer moments (resuming from a checkpoint).
+    pub fn write_moments(&self, name: &str, m: &[f32], v: &[f32]) -> Result<(), WgpuError> {
+        let mut state = self.optimizer.lock().expect("no step panicked holding the lock");
+        let state = match &mut *state {
+            Some(s) => s,
+            None => state.insert(self.optimizer_state()?),
+        };
+        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+        state.moments.insert(name.to_string(), (self.gpu.upload(&bits(m)), self.gpu.upload(&bits(v))));
+        Ok(())
+    }
+
+    /// A bound parameter's element count.
+    fn param_elements(&self, name: &str) -> Result<u64, WgpuError> {
+        let b = self.buffer_of_param(name)?;
+        Ok(self.fixed.get(&b).map_or(0, |(_, shape)| shape.iter().product::<usize>() as u64))
     }
 
     fn buffer_of_param(&self, name: &str) -> Result<usize, WgpuError> {
