@@ -11,29 +11,14 @@ use rustral::runtime::cpu::Elementwise;
 use rustral::runtime::reference::evaluate;
 
 mod common;
-use common::{inputs, max_error, models, random_graph_feeds, reference};
+use common::{every_model_matches_the_reference, inputs, max_error, models, random_graph_feeds};
 
 /// On the CPU target and the Candle target's CPU device. Tolerance: 1e-4 absolute + 1e-4
 /// relative on every output value.
 #[test]
 fn every_model_matches_the_reference_at_o0_and_o2_for_two_bindings() {
-    let targets = [Target::Cpu, Target::Candle(rustral::runtime::candle::Device::Cpu)];
-    for (target, (name, t)) in targets.iter().flat_map(|target| models().into_iter().map(move |m| (target, m))) {
-        let store = ParamStore::init(&t.params, 5);
-        for level in [OptLevel::O0, OptLevel::O2] {
-            let options = CompileOptions { level, threads: 2, ..CompileOptions::default() };
-            let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
-            s.bind(&store).unwrap();
-            for (batch, seq) in [(2, 5), (1, 7)] {
-                let feeds = inputs(&t.graph, batch, seq, 50);
-                let want = reference(&t.graph, &store, &feeds);
-                let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-                let got = s.run(&refs).unwrap();
-                let err = max_error(&want, &got, 1e-4, 1e-4, &format!("{name} {target:?} {level:?}"));
-                println!("{name} on {target:?} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
-            }
-        }
-    }
+    every_model_matches_the_reference(&Target::Cpu);
+    every_model_matches_the_reference(&Target::Candle(rustral::runtime::candle::Device::Cpu));
 }
 
 #[test]

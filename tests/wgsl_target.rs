@@ -10,30 +10,14 @@ use rustral::runtime::reference::evaluate;
 use std::collections::HashMap;
 
 mod common;
-use common::{inputs, max_error, models, random_graph_feeds, reference, wgsl_available};
+use common::{every_model_matches_the_reference, inputs, max_error, models, random_graph_feeds, wgsl_available};
 
 /// Tolerance: 1e-4 absolute + 1e-4 relative on every output value (f32 kernels accumulating in
 /// f32, polynomial erf/tanh).
 #[test]
 fn every_model_matches_the_reference_at_o0_and_o2() {
-    if !wgsl_available() {
-        return;
-    }
-    for (name, t) in models() {
-        let store = ParamStore::init(&t.params, 5);
-        for level in [OptLevel::O0, OptLevel::O2] {
-            let options = CompileOptions { level, ..CompileOptions::default() };
-            let mut s = Session::compile(&t.graph, Target::Wgsl, &options).unwrap();
-            s.bind(&store).unwrap();
-            for (batch, seq) in [(2, 5), (1, 7)] {
-                let feeds = inputs(&t.graph, batch, seq, 50);
-                let want = reference(&t.graph, &store, &feeds);
-                let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-                let got = s.run(&refs).unwrap();
-                let err = max_error(&want, &got, 1e-4, 1e-4, &format!("{name} wgsl {level:?}"));
-                println!("{name} on wgsl {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
-            }
-        }
+    if wgsl_available() {
+        every_model_matches_the_reference(&Target::Wgsl);
     }
 }
 

@@ -146,3 +146,24 @@ pub fn random_graph_feeds(g: &Graph) -> RandomFeeds {
     }
     RandomFeeds { all, store, inputs }
 }
+
+/// Every model of `models()` on `target` at O0 and O2, for two bindings of the symbolic dims,
+/// against the reference. Tolerance: 1e-4 absolute + 1e-4 relative on every output value.
+pub fn every_model_matches_the_reference(target: &Target) {
+    for (name, t) in models() {
+        let store = ParamStore::init(&t.params, 5);
+        for level in [OptLevel::O0, OptLevel::O2] {
+            let options = CompileOptions { level, threads: 2, ..CompileOptions::default() };
+            let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
+            s.bind(&store).unwrap();
+            for (batch, seq) in [(2, 5), (1, 7)] {
+                let feeds = inputs(&t.graph, batch, seq, 50);
+                let want = reference(&t.graph, &store, &feeds);
+                let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+                let got = s.run(&refs).unwrap();
+                let err = max_error(&want, &got, 1e-4, 1e-4, &format!("{name} {target:?} {level:?}"));
+                println!("{name} on {target:?} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
+            }
+        }
+    }
+}
