@@ -5,8 +5,9 @@
 use rustral::frontend::nn::cross_entropy;
 use rustral::frontend::{ForwardCtx, ParamStore, ShapePolicy, Tensor, TraceOptions, trace};
 use rustral::models::{Gpt2, Gpt2Config, Llama, LlamaConfig};
-use rustral::passes::grad::{grad, grad_output_name};
+use rustral::passes::grad::grad_output_name;
 use rustral::prelude::*;
+use rustral::train::training_graph;
 use std::path::PathBuf;
 
 fn fixture(dir: &str) -> PathBuf {
@@ -25,8 +26,10 @@ fn input_ids(dir: &str) -> HostTensor {
     HostTensor::new(DType::I64, &[2, 16], ids).unwrap()
 }
 
-/// Trace `logits_of` with Hugging Face's causal LM loss, differentiate it with respect to every
-/// parameter, compile at O2 for the CPU target and compare with PyTorch's gradients.
+/// Trace `logits_of` with Hugging Face's causal LM loss, build the training step's graph as
+/// `Trainer` does (fuse at O2, so the loss is one `cross_entropy` op differentiated by its own
+/// rule, then differentiate with respect to every parameter), compile at O2 for the CPU target
+/// and compare with PyTorch's gradients.
 fn check(
     dir: &str,
     logits_of: &dyn Fn(&mut ForwardCtx, &Tensor) -> rustral::frontend::Result<Tensor>,
@@ -41,8 +44,9 @@ fn check(
     })
     .unwrap();
     let names: Vec<String> = traced.params.iter().map(|p| p.name.clone()).collect();
-    let g = grad(&traced.graph, "out0", &names).unwrap();
+    let g = training_graph(&traced.graph, "out0", &names, &CompileOptions::default()).unwrap();
     let mut s = Session::compile(&g, Target::Cpu, &CompileOptions::default()).unwrap();
+    assert_eq!(s.stats().fused["cross_entropy"], 1, "the loss is one fused op");
     println!(
         "{dir}: {} nodes to differentiate, {} after grad and O2, fused {:?}",
         traced.graph.len(),

@@ -134,6 +134,33 @@ fn a_gather_index_out_of_range_is_an_error_naming_the_kernel() {
     s.run(&refs).unwrap();
 }
 
+/// A label outside the classes is an error naming the cross-entropy kernel and its module, on
+/// the WGSL target as on the reference and CPU targets; valid labels give the reference loss.
+#[test]
+fn a_cross_entropy_label_out_of_range_is_an_error() {
+    if !wgsl_available() {
+        return;
+    }
+    let g = rustral::ir::parse(
+        "graph \"ce\" {\n  %0: f32[2, 3] = input \"x\"\n  %1: i64[2, 1] = input \"t\"\n  %2: f32[2] = cross_entropy %0, %1  @loss\n  output \"y\" = %2\n}\n",
+    )
+    .unwrap();
+    let x = HostTensor::new(DType::F32, &[2, 3], vec![0.5, -1.0, 2.0, 0.0, 3.0, 1.0]).unwrap();
+    let labels = |v: Vec<f64>| HostTensor::new(DType::I64, &[2, 1], v).unwrap();
+    for target in [Target::Cpu, Target::Wgsl] {
+        let s = Session::compile(&g, target.clone(), &CompileOptions::default()).unwrap();
+        let bad = s.run(&[("x", x.clone()), ("t", labels(vec![2.0, 3.0]))]).unwrap_err().to_string();
+        assert!(
+            bad.contains("cross_entropy") && bad.contains("loss") && bad.contains("out of range"),
+            "{target:?}: {bad}"
+        );
+        let feeds = [("x".to_string(), x.clone()), ("t".to_string(), labels(vec![2.0, 0.0]))];
+        let want = evaluate(&g, &feeds.iter().cloned().collect()).unwrap();
+        let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+        max_error(&want, &s.run(&refs).unwrap(), 1e-6, 1e-6, &format!("{target:?}"));
+    }
+}
+
 /// A kernel that needs more than the adapter allows fails when the program is loaded, naming
 /// the limit and the kernel.
 #[test]

@@ -11,10 +11,11 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// The passes an ablation switches off one at a time: every fusion pass.
-pub const FUSION_PASSES: [&str; 8] = [
+pub const FUSION_PASSES: [&str; 9] = [
     "fuse-layer-norm",
     "fuse-rms-norm",
     "fuse-softmax",
+    "fuse-cross-entropy",
     "fuse-attention",
     "fuse-gelu",
     "fuse-silu",

@@ -137,6 +137,7 @@ fn produced_by(pass: &str) -> &'static str {
         "fuse-layer-norm" => "layer_norm",
         "fuse-rms-norm" => "rms_norm",
         "fuse-softmax" => "softmax",
+        "fuse-cross-entropy" => "cross_entropy",
         "fuse-attention" => "attention",
         "fuse-gelu" => "gelu",
         "fuse-silu" => "silu",

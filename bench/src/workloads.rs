@@ -2,6 +2,7 @@
 //! ops at the shapes and two models. Each is traced with inference settings; symbolic
 //! dims get their sizes from `sizes`.
 
+use rustral_frontend::nn::cross_entropy as lm_loss;
 use rustral_frontend::nn::{LayerNorm, Module, gelu};
 use rustral_frontend::{DType, Dim, ForwardCtx, Init, Result, Tensor, TraceOptions, Traced, trace, trace_named};
 use rustral_models::{Bert, BertConfig, Gpt2Config};
@@ -45,6 +46,7 @@ pub fn all() -> Vec<Workload> {
     vec![
         op("layer_norm", "LayerNorm [8,128,768]", "fuse-layer-norm", layer_norm as fn() -> Traced),
         op("softmax", "softmax [8,12,128,128], last axis", "fuse-softmax", softmax),
+        op("cross_entropy", "LM loss: cross-entropy of [8,128,8192] logits", "fuse-cross-entropy", cross_entropy),
         op("gelu_tanh", "GELU tanh [8,128,3072]", "fuse-gelu", gelu_tanh),
         op("attention", "causal attention [8,12,128,64]", "fuse-attention", attention),
         op("elementwise_chain", "tanh(0.75x + b) x + 0.5x^2, [8,128,3072]", "fuse-elementwise", elementwise_chain),
@@ -93,6 +95,16 @@ pub fn layer_norm() -> Traced {
 /// Softmax over the last axis of attention-score-shaped data.
 pub fn softmax() -> Traced {
     traced(|ctx| Ok(vec![input(ctx, &[8, 12, 128, 128])?.softmax(-1)?]))
+}
+
+/// The mean cross-entropy of [8,128] rows of 8192-class logits against integer labels, as
+/// `nn::cross_entropy` traces it (log-softmax and a one-hot pick).
+pub fn cross_entropy() -> Traced {
+    traced(|ctx| {
+        let logits = input(ctx, &[8, 128, 8192])?;
+        let labels = ctx.input("labels", &[Dim::fixed(8), Dim::fixed(128)], DType::I64)?;
+        Ok(vec![lm_loss(ctx, &logits, &labels)?])
+    })
 }
 
 /// GELU, tanh form, [8,128,3072].

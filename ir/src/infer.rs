@@ -151,6 +151,27 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
             }
             Ok(out)
         }
+        Op::CrossEntropy => {
+            let (logits, targets) = (args[0], args[1]);
+            float(logits.dtype, "cross_entropy")?;
+            if !targets.dtype.is_int() {
+                return Err(format!("targets must be i32 or i64, found {}", targets.dtype));
+            }
+            let Some((_, rows)) = logits.shape.0.split_last() else {
+                return Err("cannot take the cross-entropy of a scalar".into());
+            };
+            let mut column = rows.to_vec();
+            column.push(Dim::Static(1));
+            if targets.shape.0 != column {
+                return Err(format!(
+                    "targets must have shape {} (one class per row of logits {}), found {}",
+                    Shape(column),
+                    logits.shape,
+                    targets.shape
+                ));
+            }
+            Ok(TensorType { dtype: logits.dtype, shape: Shape(rows.to_vec()) })
+        }
         Op::FusedElementwise { body } => {
             let dtype = infer_body(body, args)?;
             let mut shape = Shape::scalar();

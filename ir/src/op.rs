@@ -431,6 +431,14 @@ pub enum Op {
         /// Applied after the bias.
         activation: Activation,
     },
+    /// Cross-entropy of each row of `logits[..., c]` (float) against its class in
+    /// `targets[..., 1]` (integer, the indices `take_along_axis` would use):
+    /// `out[...] = m + log(sum_j exp(logits[..., j] - m)) - logits[..., targets[..., 0]]` with
+    /// `m` the row's max (NaN if any element is NaN), so no exponential overflows. The result
+    /// has the logits' dtype and shape `[...]`; a target outside `0..c` is an error. It is
+    /// `-log_softmax(logits)` picked at the target, what the fusion pass finds in
+    /// `nn::cross_entropy`, and its gradient is `softmax(logits) - onehot(targets)`.
+    CrossEntropy,
     /// A DAG of elementwise ops over the operands (broadcast to a common shape), evaluated
     /// per element; the result dtype is the body's.
     FusedElementwise {
@@ -467,6 +475,7 @@ impl Op {
             Op::Silu => "silu",
             Op::Attention { .. } => "attention",
             Op::MatMulEpilogue { .. } => "matmul_epilogue",
+            Op::CrossEntropy => "cross_entropy",
             Op::FusedElementwise { .. } => "fused_elementwise",
         }
     }
@@ -490,6 +499,7 @@ impl Op {
                 | Op::Silu
                 | Op::Attention { .. }
                 | Op::MatMulEpilogue { .. }
+                | Op::CrossEntropy
                 | Op::FusedElementwise { .. }
         )
     }
@@ -510,7 +520,7 @@ impl Op {
             | Op::Softmax { .. }
             | Op::Gelu { .. }
             | Op::Silu => (1, 1),
-            Op::Binary(_) | Op::MatMul | Op::Gather { .. } => (2, 2),
+            Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::CrossEntropy => (2, 2),
             Op::Where => (3, 3),
             Op::Concat { .. } | Op::FusedElementwise { .. } => (1, usize::MAX),
             Op::LayerNorm { .. } => (1, 3),

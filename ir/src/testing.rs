@@ -76,7 +76,7 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
     let p = s.picks;
     let axis = |t: &TensorType| if t.rank() == 0 { 0 } else { p[1] % t.rank() };
     let f = F64(s.value);
-    let op = match s.kind % 26 {
+    let op = match s.kind % 27 {
         0 => Op::Unary(UnaryOp::ALL[p[1] % UnaryOp::ALL.len()]),
         1 | 2 => Op::Binary(BinaryOp::ALL[p[1] % BinaryOp::ALL.len()]),
         3 => return g.add(Op::Where, &[a, b, c], prov).ok(),
@@ -146,6 +146,7 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
             let op = Op::RandomUniform { seed: p[2] as u32 };
             return g.declare(op, TensorType::new(DType::F32, ta.shape.0.clone()), prov).ok();
         }
+        25 => return cross_entropy(g, a, p, prov),
         _ => Op::Binary(BinaryOp::ALL[p[2] % 7]),
     };
     match op.arity().0 {
@@ -181,6 +182,19 @@ fn norm(g: &mut Graph, x: NodeId, layer: bool, prov: &str) -> Option<NodeId> {
     } else {
         g.add(Op::RmsNorm { eps: F64(1e-6) }, &[x, gamma], prov).ok()
     }
+}
+
+/// Cross-entropy of `x` (rank >= 1, static classes) against one class for every row.
+fn cross_entropy(g: &mut Graph, x: NodeId, p: [usize; 4], prov: &str) -> Option<NodeId> {
+    let t = g.node(x)?.ty.clone();
+    let (last, rows) = t.shape.0.split_last()?;
+    let classes = last.as_static().filter(|&c| c > 0)?;
+    let mut column = rows.to_vec();
+    column.push(Dim::Static(1));
+    let dtype = if p[1].is_multiple_of(2) { DType::I64 } else { DType::I32 };
+    let value = Literal::Splat(F64((p[2] % classes) as f64));
+    let targets = g.declare(Op::Constant { value }, TensorType::new(dtype, column), prov).ok()?;
+    g.add(Op::CrossEntropy, &[x, targets], prov).ok()
 }
 
 /// Self-attention of a rank >= 2 value with itself (q = k = v), optionally causal and masked.

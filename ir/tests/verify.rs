@@ -151,4 +151,14 @@ fn op_typing_rules() {
     let a = g.add(Op::Attention { scale: F64(0.25), causal: true }, &[q, k, v, m], "").unwrap();
     assert_eq!(ty(&g, a), "f32[b, 2, 7, 3]");
     assert!(g.add(Op::Attention { scale: F64(0.25), causal: false }, &[q, v, k], "").is_err());
+    let t = g.input("t", TensorType::new(DType::I32, vec![Dim::sym("b"), 4.into(), 1.into()])).unwrap();
+    let ce = g.add(Op::CrossEntropy, &[x, t], "").unwrap();
+    assert_eq!(ty(&g, ce), "f32[b, 4]");
+    let err = g.add(Op::CrossEntropy, &[x, i], "").unwrap_err().to_string();
+    assert!(
+        err.contains("targets must have shape [b, 4, 1] (one class per row of logits [b, 4, 6]), found [b, 5]"),
+        "{err}"
+    );
+    assert!(g.add(Op::CrossEntropy, &[x, x], "").is_err(), "float targets");
+    assert!(g.add(Op::CrossEntropy, &[t, t], "").is_err(), "integer logits");
 }

@@ -29,6 +29,7 @@ pub fn full() -> Vec<Box<dyn Pass>> {
         Box::new(Fuse::new(Family::LayerNorm)),
         Box::new(Fuse::new(Family::RmsNorm)),
         Box::new(Fuse::new(Family::Softmax)),
+        Box::new(Fuse::new(Family::CrossEntropy)),
         Box::new(Fuse::new(Family::Attention)),
         Box::new(Fuse::new(Family::Gelu)),
         Box::new(Fuse::new(Family::Silu)),

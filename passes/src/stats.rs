@@ -6,8 +6,17 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The fused op kinds tools read from `fused`.
-pub const FUSED_KINDS: [&str; 8] =
-    ["layer_norm", "rms_norm", "softmax", "gelu", "silu", "attention", "matmul_epilogue", "fused_elementwise"];
+pub const FUSED_KINDS: [&str; 9] = [
+    "layer_norm",
+    "rms_norm",
+    "softmax",
+    "cross_entropy",
+    "gelu",
+    "silu",
+    "attention",
+    "matmul_epilogue",
+    "fused_elementwise",
+];
 
 /// Statistics of one compile.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
@@ -66,6 +75,7 @@ pub fn count_fused(g: &Graph) -> BTreeMap<String, usize> {
             Op::LayerNorm { .. } => bump("layer_norm"),
             Op::RmsNorm { .. } => bump("rms_norm"),
             Op::Softmax { .. } => bump("softmax"),
+            Op::CrossEntropy => bump("cross_entropy"),
             Op::Gelu { .. } => bump("gelu"),
             Op::Silu => bump("silu"),
             Op::Attention { .. } => bump("attention"),

@@ -180,6 +180,26 @@ fn gather_embeddings() {
 }
 
 #[test]
+fn fused_cross_entropy() {
+    // Rows of 4 classes, batch dims of rank 0, 1 and 2, logits spread wide enough that the
+    // softmax is far from uniform; the targets (integers) get no gradient.
+    for (dims, targets) in
+        [(&[4][..], vec![2.0]), (&[3, 4], vec![0.0, 3.0, 1.0]), (&[2, 2, 4], vec![3.0, 0.0, 2.0, 2.0])]
+    {
+        let mut c = Case::new();
+        let x = c.input(dims, false);
+        let mut column = dims[..dims.len() - 1].to_vec();
+        column.push(1);
+        let t = c.g.input("t", TensorType::new(DType::I32, Shape::of(&column))).unwrap();
+        c.feeds.insert("t".into(), HostTensor::new(DType::I32, &column, targets).unwrap());
+        let logits = c.g.add(Op::Binary(BinaryOp::Mul), &[x, x], "").unwrap();
+        let logits = c.g.add(Op::Binary(BinaryOp::Add), &[logits, x], "").unwrap();
+        let y = c.g.add(Op::CrossEntropy, &[logits, t], "").unwrap();
+        c.check(y, &format!("cross_entropy {dims:?}"));
+    }
+}
+
+#[test]
 fn fused_norms_softmax_and_activations() {
     one(Op::LayerNorm { eps: F64(1e-5) }, &[&[2, 3, 4], &[4], &[4]], false, "layer_norm");
     one(Op::LayerNorm { eps: F64(1e-5) }, &[&[3, 4]], false, "layer_norm without affine");

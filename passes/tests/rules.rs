@@ -3,7 +3,8 @@
 mod common;
 use common::{assert_same_outputs, compile, feeds};
 use rustral_frontend::nn::{
-    Activation, Dropout, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection, RmsNorm, Rope, gelu, silu,
+    Activation, Dropout, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection, RmsNorm, Rope,
+    cross_entropy, gelu, silu,
 };
 use rustral_frontend::{DType, Dim, ForwardCtx, Result, Tensor, TraceOptions, trace};
 use rustral_ir::Graph;
@@ -112,6 +113,43 @@ fn softmax_fires_along_any_axis_and_not_without_its_normaliser() {
         Ok(vec![x.sub(&x.max(&[-1], true)?)?.exp()?])
     });
     assert_eq!(only(&no_normaliser, "softmax"), 0);
+}
+
+/// Targets `[batch, seq]` and their one-hot over `classes` along `axis` of `[batch, seq, classes]`
+/// (axis 2 is the real one-hot; another axis is a near miss), iota on the left or right.
+fn one_hot(ctx: &mut ForwardCtx, classes: usize, axis: usize, swapped: bool) -> Result<Tensor> {
+    let t = ctx.input("targets", &[Dim::sym("batch"), Dim::sym("seq")], DType::I64)?;
+    let column = t.reshape(&[Dim::sym("batch"), Dim::sym("seq"), Dim::fixed(1)])?;
+    let ids = ctx.iota(&[Dim::sym("batch"), Dim::sym("seq"), Dim::fixed(classes)], axis, DType::I64)?;
+    let hot = if swapped { column.eq(&ids)? } else { ids.eq(&column)? };
+    hot.cast(DType::F32)
+}
+
+#[test]
+fn cross_entropy_fires_on_nn_cross_entropy_and_spellings_of_it_not_on_near_misses() {
+    let nn = fused_counts(|ctx| {
+        let x = input(ctx, "x", 8)?;
+        let t = ctx.input("targets", &[Dim::sym("batch"), Dim::sym("seq")], DType::I64)?;
+        Ok(vec![cross_entropy(ctx, &x, &t)?])
+    });
+    assert_eq!(only(&nn, "cross_entropy"), 1);
+    // log-softmax without the max, the mask's operands swapped, the loss not negated.
+    let unshifted = fused_counts(|ctx| {
+        let x = input(ctx, "x", 8)?;
+        let logp = x.sub(&x.exp()?.sum(&[-1], true)?.log()?)?;
+        let hot = one_hot(ctx, 8, 2, true)?;
+        Ok(vec![logp.mul(&hot)?.sum(&[-1], false)?])
+    });
+    assert_eq!(only(&unshifted, "cross_entropy"), 1);
+    // A mask along the wrong axis is not a one-hot of the targets; log-softmax alone is no loss.
+    let wrong_axis = fused_counts(|ctx| {
+        let x = input(ctx, "x", 8)?;
+        let hot = one_hot(ctx, 8, 1, false)?;
+        Ok(vec![x.log_softmax(-1)?.mul(&hot)?.sum(&[-1], false)?.neg()?])
+    });
+    assert_eq!(only(&wrong_axis, "cross_entropy"), 0);
+    let alone = fused_counts(|ctx| Ok(vec![input(ctx, "x", 8)?.log_softmax(-1)?]));
+    assert_eq!(only(&alone, "cross_entropy"), 0);
 }
 
 #[test]

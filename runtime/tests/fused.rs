@@ -311,3 +311,65 @@ fn causal_attention_excludes_hidden_values() {
     assert!(y[2..4].iter().all(|x| x.is_finite()), "query 1 sees keys 0 and 1");
     assert!(y[4].is_nan(), "query 2 sees key 2");
 }
+
+#[test]
+fn cross_entropy_equals_negative_log_softmax_at_the_target_and_is_stable() {
+    let fused = graph(
+        "graph \"ce\" {
+  %0: f64[2, 3, 5] = input \"x\"
+  %1: i32[2, 3, 1] = input \"t\"
+  %2: f64[2, 3] = cross_entropy %0, %1
+  output \"y\" = %2
+}
+",
+    );
+    let primitive = graph(
+        "graph \"ce\" {
+  %0: f64[2, 3, 5] = input \"x\"
+  %1: i32[2, 3, 1] = input \"t\"
+  %2: f64[2, 3, 1] = reduce_max %0 {axes=[2], keepdim=true}
+  %3: f64[2, 3, 5] = sub %0, %2
+  %4: f64[2, 3, 5] = exp %3
+  %5: f64[2, 3, 1] = reduce_sum %4 {axes=[2], keepdim=true}
+  %6: f64[2, 3, 1] = log %5
+  %7: f64[2, 3, 5] = sub %3, %6
+  %8: i32[2, 3, 5] = iota {axis=2}
+  %9: bool[2, 3, 5] = eq %8, %1
+  %10: f64[2, 3, 5] = cast %9 {to=f64}
+  %11: f64[2, 3, 5] = mul %7, %10
+  %12: f64[2, 3] = reduce_sum %11 {axes=[2], keepdim=false}
+  %13: f64[2, 3] = neg %12
+  output \"y\" = %13
+}
+",
+    );
+    let x = HostTensor::new(DType::F64, &[2, 3, 5], values(3, 30).iter().map(|v| v * 4.0).collect()).unwrap();
+    let t = HostTensor::new(DType::I32, &[2, 3, 1], vec![0.0, 4.0, 2.0, 1.0, 3.0, 4.0]).unwrap();
+    let feeds = [("x", x), ("t", t.clone())];
+    let y = run(&fused, &feeds).unwrap()[0].to_vec();
+    assert_close(&y, &run(&primitive, &feeds).unwrap()[0].to_vec(), 1e-14, 1e-14);
+    // Equal logits: every class has probability 1/5, so the loss is ln 5 whatever the target.
+    let flat = [("x", HostTensor::new(DType::F64, &[2, 3, 5], vec![0.25; 30]).unwrap()), ("t", t.clone())];
+    assert_close(&run(&fused, &flat).unwrap()[0].to_vec(), &[5f64.ln(); 6], 1e-15, 0.0);
+    // Logits of 1e4 (exp overflows f64 without the max subtraction) give the loss of the same
+    // logits shifted down by 1e4.
+    let shifted: Vec<f64> = values(3, 30).iter().map(|v| v * 4.0).collect();
+    let big = [
+        ("x", HostTensor::new(DType::F64, &[2, 3, 5], shifted.iter().map(|v| v + 1e4).collect()).unwrap()),
+        ("t", t.clone()),
+    ];
+    let small = [("x", HostTensor::new(DType::F64, &[2, 3, 5], shifted).unwrap()), ("t", t)];
+    let (yb, ys) = (run(&fused, &big).unwrap()[0].to_vec(), run(&fused, &small).unwrap()[0].to_vec());
+    assert!(yb.iter().all(|v| v.is_finite()), "{yb:?}");
+    assert_close(&yb, &ys, 1e-9, 1e-9);
+}
+
+#[test]
+fn cross_entropy_target_out_of_range_is_an_error_naming_the_node() {
+    let g = graph(
+        "graph \"ce\" {\n  %0: f32[2, 3] = input \"x\"\n  %1: i64[2, 1] = input \"t\"\n  %2: f32[2] = cross_entropy %0, %1  @loss\n  output \"y\" = %2\n}\n",
+    );
+    let x = HostTensor::new(DType::F32, &[2, 3], values(1, 6)).unwrap();
+    let err = run(&g, &[("x", x), ("t", HostTensor::i64(&[2, 1], &[0, 3]).unwrap())]).unwrap_err();
+    assert_eq!(err.to_string(), "%2 (cross_entropy) at loss: target 3 out of range for 3 classes");
+}

@@ -102,6 +102,20 @@ pub fn models() -> Vec<(&'static str, Traced)> {
             })
             .unwrap(),
         ),
+        (
+            // The language-model loss: at O2 its log-softmax and one-hot pick are one
+            // `cross_entropy` op, which every target runs.
+            "gpt2_loss",
+            trace_named(opts(), |ctx| {
+                let x = gpt2.input(ctx)?;
+                let logits = gpt2.forward(ctx, &x)?;
+                let dims = [rustral::frontend::Dim::sym("batch"), rustral::frontend::Dim::sym("seq")];
+                let labels = ctx.input("labels", &dims, rustral::ir::DType::I64)?;
+                let loss = rustral::frontend::nn::cross_entropy(ctx, &logits, &labels)?;
+                Ok(vec![("loss".into(), loss), ("logits".into(), logits)])
+            })
+            .unwrap(),
+        ),
     ]
 }
 

@@ -3,7 +3,9 @@
 use crate::{Dim, ForwardCtx, Result, Tensor};
 
 /// Mean cross-entropy of `logits[..., classes]` against integer `targets[...]`:
-/// `-mean(log_softmax(logits)[target])`, the target picked by a one-hot mask built from iota.
+/// `mean(-log_softmax(logits)[target])`, the target picked by a one-hot mask built from iota.
+/// Traced as those primitives; the `fuse-cross-entropy` pass turns each row's loss into one
+/// `cross_entropy` op whose gradient is `softmax - onehot`.
 pub fn cross_entropy(ctx: &mut ForwardCtx, logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
     ctx.scope("cross_entropy", |ctx| {
         let logp = logits.log_softmax(-1)?;
@@ -12,9 +14,8 @@ pub fn cross_entropy(ctx: &mut ForwardCtx, logits: &Tensor, targets: &Tensor) ->
         dims.pop();
         dims.push(Dim::fixed(1));
         let onehot = classes.eq(&targets.reshape(&dims)?)?.cast(logits.dtype())?;
-        let picked = logp.mul(&onehot)?.sum(&[-1], false)?;
-        let all: Vec<isize> = (0..picked.rank() as isize).collect();
-        let mean = if all.is_empty() { picked } else { picked.mean(&all, false)? };
-        mean.neg()
+        let nll = logp.mul(&onehot)?.sum(&[-1], false)?.neg()?;
+        let all: Vec<isize> = (0..nll.rank() as isize).collect();
+        if all.is_empty() { Ok(nll) } else { nll.mean(&all, false) }
     })
 }

@@ -177,6 +177,7 @@ pub(super) fn build_op(name: &str, a: &mut Attrs) -> Option<PResult<Op>> {
             .choice("approx", &[("erf", GeluApprox::Erf), ("tanh", GeluApprox::Tanh)])
             .map(|approx| Op::Gelu { approx }),
         "silu" => Ok(Op::Silu),
+        "cross_entropy" => Ok(Op::CrossEntropy),
         "attention" => (|| Ok(Op::Attention { scale: a.float("scale")?, causal: a.bool("causal")? }))(),
         "matmul_epilogue" => a.choice("activation", &acts).map(|activation| Op::MatMulEpilogue { activation }),
         _ => return None,

@@ -12,8 +12,9 @@
 //! - values are computed in f32 whatever their dtype, rounded to the dtype after every op, as
 //!   the reference interpreter does in f64; f16, bf16 and f64 are stored as f32 words, i32 and
 //!   i64 as i32 (i64 values outside the i32 range wrap), bool as u32 0 or 1;
-//! - data-dependent failures (a gather index out of range, an integer division by zero, a
-//!   slice past the end) set the `status` buffer to one plus the failing kernel's index.
+//! - data-dependent failures (a gather index or a cross-entropy target out of range, an
+//!   integer division by zero, a slice past the end) set the `status` buffer to one plus the
+//!   failing kernel's index.
 //!
 //! Every shader is parsed and validated by naga before it leaves the compiler.
 
@@ -544,6 +545,7 @@ fn generate(
         Op::LayerNorm { eps } => Ok(rows::norm(ctx, head, eps.0, true, operands, out)),
         Op::RmsNorm { eps } => Ok(rows::norm(ctx, head, eps.0, false, operands, out)),
         Op::Softmax { axis } => Ok(rows::softmax(ctx, head, *axis, &operands[0], out)),
+        Op::CrossEntropy => Ok(rows::cross_entropy(ctx, head, &operands[0], &operands[1], out)),
         Op::MatMul => Ok(matmul::matmul(ctx, head, rustral_ir::Activation::None, operands, out)),
         Op::MatMulEpilogue { activation } => Ok(matmul::matmul(ctx, head, *activation, operands, out)),
         Op::Attention { scale, causal } => attention::attention(ctx, head, scale.0, *causal, operands, out),

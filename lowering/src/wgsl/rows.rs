@@ -1,5 +1,5 @@
 //! Kernels with one workgroup per output row: reductions over any axes, LayerNorm and RMSNorm
-//! over the last axis, softmax along any axis. Each invocation accumulates a strided part of
+//! over the last axis, softmax along any axis, cross-entropy of the last axis. Each invocation accumulates a strided part of
 //! the row; the parts meet in a tree in workgroup memory.
 
 use super::emit::{Ctx, Head, Shader};
@@ -151,4 +151,41 @@ pub(crate) fn softmax(ctx: &Ctx, head: &Head, axis: usize, x: &Operand, out: &Op
     sh.line(2, &store);
     sh.line(1, "}");
     generated(sh, ctx, Count::elements(&others), vec!["x".into()])
+}
+
+/// Cross-entropy of each row of the last axis: one workgroup per row, a max pass, a sum of
+/// exponentials about it, and one invocation picking the target's logit.
+pub(crate) fn cross_entropy(ctx: &Ctx, head: &Head, x: &Operand, targets: &Operand, out: &Operand) -> Generated {
+    const WG: u32 = 256;
+    let mut sh = Shader::new(head, &[("x", x), ("targets", targets)], out, WG);
+    sh.shared("red", WG);
+    sh.need(Helper::MaxMin);
+    sh.need(Helper::Exp);
+    sh.need(Helper::Log);
+    let shape = &x.shape;
+    let rank = shape.len();
+    let (rows, len) = (ctx.prod(&shape[..rank - 1]), ctx.dim(&shape[rank - 1]));
+    sh.line(1, &format!("if (group >= {rows}) {{ return; }}"));
+    sh.line(1, &format!("let base = group * {len};"));
+    let xj = sh.load("x", "base + j");
+    let each = format!("for (var j = lid; j < {len}; j = j + {WG}u) {{");
+    sh.line(1, "var acc = -inf();");
+    sh.line(1, &each);
+    sh.line(2, &format!("acc = max_(acc, {xj});"));
+    sh.line(1, "}");
+    tree(&mut sh, 1, WG, "acc", "max_($a, $b)", "m");
+    sh.line(1, "acc = 0.0;");
+    sh.line(1, &each);
+    sh.line(2, &format!("acc = acc + exp_({xj} - m);"));
+    sh.line(1, "}");
+    tree(&mut sh, 1, WG, "acc", "$a + $b", "sum");
+    sh.line(1, "if (lid != 0u) { return; }");
+    sh.line(1, &format!("let t = {};", sh.load("targets", "group")));
+    let fail = sh.fail();
+    sh.line(1, &format!("if (!(t >= 0.0 && t < f32({len}))) {{ {fail} return; }}"));
+    let picked = sh.load("x", "base + u32(t)");
+    let v = helpers::round(&mut sh, out.dtype, &format!("m + log_(sum) - {picked}"));
+    let store = sh.store("group", &v);
+    sh.line(1, &store);
+    generated(sh, ctx, Count::elements(&shape[..rank - 1]), vec!["x".into(), "targets".into()])
 }

@@ -81,7 +81,7 @@ pub fn encode(op: &Op, rank: usize) -> Option<String> {
     Some(match op {
         Op::Unary(u) => u.name().to_string(),
         Op::Binary(b) => b.name().to_string(),
-        Op::Where | Op::MatMul | Op::Silu => op.name().to_string(),
+        Op::Where | Op::MatMul | Op::Silu | Op::CrossEntropy => op.name().to_string(),
         Op::Cast { to } => format!("cast.{to}"),
         Op::Reduce { op: r, axes, keepdim } => {
             let rels: Vec<isize> = axes.iter().map(|&a| rel(a)).collect();
@@ -131,6 +131,7 @@ pub fn decode(
         "where" => Op::Where,
         "matmul" => Op::MatMul,
         "silu" => Op::Silu,
+        "cross_entropy" => Op::CrossEntropy,
         _ if s.starts_with("cast.") => Op::Cast { to: s["cast.".len()..].parse::<DType>().ok()? },
         _ => {
             let (name, rest) = s.split_once('[')?;

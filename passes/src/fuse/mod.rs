@@ -47,6 +47,8 @@ pub enum Family {
     RmsNorm,
     /// Softmax along any axis.
     Softmax,
+    /// Cross-entropy: log-softmax picked by a one-hot of the targets.
+    CrossEntropy,
     /// Scaled dot-product attention.
     Attention,
     /// GELU, both forms.
@@ -63,6 +65,7 @@ impl Family {
             Family::LayerNorm => "fuse-layer-norm",
             Family::RmsNorm => "fuse-rms-norm",
             Family::Softmax => "fuse-softmax",
+            Family::CrossEntropy => "fuse-cross-entropy",
             Family::Attention => "fuse-attention",
             Family::Gelu => "fuse-gelu",
             Family::Silu => "fuse-silu",
@@ -77,6 +80,7 @@ impl Family {
             Family::LayerNorm => rules::norm::layer_norm(),
             Family::RmsNorm => rules::norm::rms_norm(),
             Family::Softmax => rules::softmax::rules(),
+            Family::CrossEntropy => rules::loss::cross_entropy(),
             Family::Attention => rules::attention::rules(),
             Family::Gelu => rules::activation::gelu(),
             Family::Silu => rules::activation::silu(),

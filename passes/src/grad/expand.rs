@@ -31,6 +31,23 @@ pub(crate) fn vjp(
         })();
         return Ok(vec![Some(r.map_err(|e| b.ir_error(e))?)]);
     }
+    if *op == Op::CrossEntropy {
+        // (softmax(x) - onehot(t)) dy: no log-softmax kept, no exponential that overflows.
+        // The targets are integers and have no adjoint.
+        let mut b = Builder::new(g, &prov, id);
+        let r: R<NodeId> = (|| {
+            let x = b.ty(xs[0]);
+            let last = x.rank() - 1;
+            let p = b.op(Op::Softmax { axis: last }, &[xs[0]])?;
+            let classes = b.declare(Op::Iota { axis: last }, TensorType::new(b.ty(xs[1]).dtype, x.shape.clone()))?;
+            let hot = b.mask(BinaryOp::Eq, classes, xs[1], x.dtype)?;
+            let d = b.bin(BinaryOp::Sub, p, hot)?;
+            let column = b.reshape(dy, Builder::with_dim(&x.shape, last, Dim::Static(1)))?;
+            b.mul(d, column)
+        })();
+        let dx = r.map_err(|e| b.ir_error(e))?;
+        return Ok(vec![wanted[0].then_some(dx), None]);
+    }
     let (root, created) = {
         let mut b = Builder::new(g, &prov, id);
         match expand(&mut b, op, xs, &out_shape) {

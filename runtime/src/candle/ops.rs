@@ -25,7 +25,9 @@ pub fn lowering(op: &Op, operands: usize) -> Lowering {
         Op::RmsNorm { .. } if operands == 2 => Lowering::Native,
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => Lowering::Decomposed,
         Op::Softmax { .. } | Op::Gelu { .. } | Op::Silu => Lowering::Native,
-        Op::Attention { .. } | Op::MatMulEpilogue { .. } | Op::FusedElementwise { .. } => Lowering::Decomposed,
+        Op::Attention { .. } | Op::MatMulEpilogue { .. } | Op::FusedElementwise { .. } | Op::CrossEntropy => {
+            Lowering::Decomposed
+        }
         Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => Lowering::Host,
         _ => Lowering::Native,
     }
@@ -116,6 +118,14 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
                 None => y,
             };
             activate(*activation, &y)?
+        }
+        Op::CrossEntropy => {
+            // logsumexp about the row max, minus the logit `gather` picks at the target.
+            let (x, last) = (args[0].contiguous()?, out.len());
+            let max = x.max_keepdim(last)?;
+            let lse = x.broadcast_sub(&max)?.exp()?.sum_keepdim(last)?.log()?.add(&max)?;
+            let picked = x.gather(&args[1].to_dtype(CDType::I64)?.contiguous()?, last)?;
+            lse.sub(&picked)?.reshape(out)?
         }
         Op::FusedElementwise { body } => match fused(body, args, out, dev)? {
             Some(t) => t,

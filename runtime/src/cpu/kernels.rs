@@ -76,6 +76,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         }
         Op::Attention { scale, causal } => attention(args, scale.0 as f32, *causal, out),
         Op::Gather { axis: 0 } => gather_rows(f(0)?, args[1]),
+        Op::CrossEntropy => cross_entropy(f(0)?, args[1]),
         Op::Reshape { .. } => f(0).map(|(x, _)| x.to_vec()),
         Op::BroadcastTo { .. } => {
             let x = f(0)?;
@@ -689,6 +690,22 @@ fn gather_rows(table: (&[f32], &[usize]), ids: &Storage) -> Option<Vec<f32>> {
         out.extend_from_slice(&table.0[i * width..(i + 1) * width]);
     }
     Some(out)
+}
+
+/// Each row's `max + log(sum(exp(x - max))) - x[target]`, rows in parallel; None (the
+/// reference reports it) when a target is out of range.
+fn cross_entropy(x: (&[f32], &[usize]), targets: &Storage) -> Option<Vec<f32>> {
+    let Storage::Wide(targets) = targets else { return None };
+    let width = *x.1.last()?;
+    if targets.data.iter().any(|&t| !(t >= 0.0 && t < width as f64)) {
+        return None;
+    }
+    let row = |(row, &t): (&[f32], &f64)| {
+        let max = simd::max(row);
+        let sum: f32 = row.iter().map(|&v| simd::exp(v - max)).sum();
+        max + sum.ln() - row[t as usize]
+    };
+    Some(x.0.par_chunks(width).zip(targets.data.as_slice()?.par_iter()).map(row).collect())
 }
 
 /// `out[idx] = x[idx permuted back]`, an output row at a time (rows in parallel).

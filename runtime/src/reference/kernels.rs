@@ -84,6 +84,7 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
             out.mapv_inplace(|x| round_to(dtype, x));
             out.mapv(|x| activate(*activation, x))
         }
+        Op::CrossEntropy => cross_entropy(a(0), a(1), out_shape)?,
         Op::FusedElementwise { body } => fused(body, args, out_shape)?,
     };
     Ok(HostTensor::from_array(dtype, data))
@@ -278,6 +279,22 @@ pub(crate) fn softmax(x: &ArrayD<f64>, axis: usize) -> ArrayD<f64> {
         lane.mapv_inplace(|v| v / sum);
     }
     out
+}
+
+/// Each row's `max + log(sum(exp(x - max))) - x[target]`, in f64 (see `Op::CrossEntropy`).
+fn cross_entropy(x: &ArrayD<f64>, targets: &ArrayD<f64>, out_shape: &[usize]) -> R<ArrayD<f64>> {
+    let last = x.ndim() - 1;
+    let classes = x.shape()[last];
+    let mut out = Vec::with_capacity(targets.len());
+    for (row, &t) in x.lanes(Axis(last)).into_iter().zip(targets.iter()) {
+        if !(t >= 0.0 && t < classes as f64) {
+            return Err(format!("target {t} out of range for {classes} classes"));
+        }
+        let max = row.iter().fold(f64::NEG_INFINITY, |m, &v| binary_nan(m, v, f64::max));
+        let sum: f64 = row.iter().map(|v| (v - max).exp()).sum();
+        out.push(max + sum.ln() - row[t as usize]);
+    }
+    ArrayD::from_shape_vec(IxDyn(out_shape), out).map_err(|e| e.to_string())
 }
 
 fn gelu(approx: GeluApprox, x: f64) -> f64 {

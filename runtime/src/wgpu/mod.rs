@@ -451,6 +451,7 @@ impl WgpuProgram {
                     provenance: k.provenance.clone(),
                     message: match k.op.as_str() {
                         "gather" => "an index is out of range".into(),
+                        "cross_entropy" => "a target is out of range of the classes".into(),
                         "slice" => "the slice is past the end of its axis".into(),
                         "attention" => "the value width is over what one workgroup accumulates".into(),
                         _ => "integer division by zero".into(),

@@ -7,6 +7,7 @@ pub mod activation;
 pub mod algebra;
 pub mod attention;
 pub mod epilogue;
+pub mod loss;
 pub mod norm;
 pub mod softmax;
 
@@ -30,7 +31,7 @@ pub fn rule(name: &str, lhs: &str, rhs: &str, conds: Vec<Cond>) -> Rule {
         .unwrap_or_else(|e| panic!("rule {name}: {e}"))
 }
 
-fn v(name: &str) -> Var {
+pub(crate) fn v(name: &str) -> Var {
     name.parse().unwrap_or_else(|_| panic!("bad pattern variable {name}"))
 }
 
