@@ -210,10 +210,9 @@ fn the_char_gpt_beats_the_unigram_baseline() {
     assert_eq!(out.sample.chars().count(), 204);
 }
 
-/// A model traced in `Mode::Train` (the tiny GPT-2 with its dropout, masks drawn from explicit
-/// seeds) trains: the gradient flows through the masks and the loss falls.
-#[test]
-fn a_model_traced_for_training_with_dropout_trains() {
+/// The tiny GPT-2 traced in `Mode::Train` (dropout after the embeddings, on the attention
+/// probabilities and on both residual branches) with its language-model loss, and a batch.
+fn gpt_with_dropout() -> (rustral::frontend::Traced, HostTensor) {
     use rustral::frontend::{Mode, ShapePolicy};
     use rustral::models::{Gpt2, Gpt2Config};
     let gpt = Gpt2 { config: Gpt2Config::tiny(2) };
@@ -227,12 +226,62 @@ fn a_model_traced_for_training_with_dropout_trains() {
     .unwrap();
     assert!(traced.graph.node_ids().any(|id| traced.graph.node(id).unwrap().op.name() == "random_uniform"));
     let ids = HostTensor::new(DType::I64, &[4, 8], (0..32).map(|i| ((i * 7) % 50) as f64).collect()).unwrap();
+    (traced, ids)
+}
+
+/// A model traced in `Mode::Train` (masks drawn from explicit seeds) trains: the gradient
+/// flows through the masks and the loss falls.
+#[test]
+fn a_model_traced_for_training_with_dropout_trains() {
+    let (traced, ids) = gpt_with_dropout();
     let params = ParamStore::init(&traced.params, 1);
     let mut tr =
         Trainer::new(&traced, "loss", Target::Cpu, &options(), Optimizer::adam(3e-3), Schedule::Constant, params)
             .unwrap();
     let losses: Vec<f64> = (0..30).map(|_| tr.step(&[("input_ids", ids.clone())]).unwrap()).collect();
     assert!(losses[29] < losses[0] - 0.5, "{losses:?}");
+}
+
+/// Each step draws new dropout masks (the trainer feeds the step's number as `rng_step`): with
+/// a learning rate of 0 the parameters never move, so only the masks change the loss. A second
+/// run draws the same masks bit for bit, so does a run resumed from a checkpoint, and the WGSL
+/// target draws the same ones too.
+#[test]
+fn dropout_masks_change_every_step_and_repeat_across_runs_and_targets() {
+    let (traced, ids) = gpt_with_dropout();
+    let frozen = |target: Target| -> Vec<f64> {
+        let params = ParamStore::init(&traced.params, 1);
+        let sgd = Optimizer::Sgd { lr: 0.0, momentum: 0.0, weight_decay: 0.0 };
+        let mut tr = Trainer::new(&traced, "loss", target, &options(), sgd, Schedule::Constant, params).unwrap();
+        (0..4).map(|_| tr.step(&[("input_ids", ids.clone())]).unwrap()).collect()
+    };
+    let cpu = frozen(Target::Cpu);
+    for w in cpu.windows(2) {
+        assert!((w[0] - w[1]).abs() > 1e-4, "the same masks twice: {cpu:?}");
+    }
+    assert_eq!(cpu, frozen(Target::Cpu), "another run, other masks");
+    // A run resumed from a checkpoint after two steps draws the masks of steps 2 and 3.
+    let new = || {
+        let params = ParamStore::init(&traced.params, 1);
+        let sgd = Optimizer::Sgd { lr: 0.0, momentum: 0.0, weight_decay: 0.0 };
+        Trainer::new(&traced, "loss", Target::Cpu, &options(), sgd, Schedule::Constant, params).unwrap()
+    };
+    let mut first = new();
+    for _ in 0..2 {
+        first.step(&[("input_ids", ids.clone())]).unwrap();
+    }
+    let dir = tempfile::tempdir().unwrap();
+    first.save_checkpoint(&dir.path().join("step2.safetensors")).unwrap();
+    let mut resumed = new();
+    resumed.load_checkpoint(&dir.path().join("step2.safetensors")).unwrap();
+    let rest: Vec<f64> = (0..2).map(|_| resumed.step(&[("input_ids", ids.clone())]).unwrap()).collect();
+    assert_eq!(rest, cpu[2..].to_vec(), "a resumed run replays the masks");
+    if common::wgsl_available() {
+        let wgsl = frozen(Target::Wgsl);
+        for (a, b) in cpu.iter().zip(&wgsl) {
+            assert!((a - b).abs() <= 1e-4 * (1.0 + a.abs()), "cpu {cpu:?} wgsl {wgsl:?}");
+        }
+    }
 }
 
 /// On the WGSL target too (parameters and moments read back from the device, and written back

@@ -110,7 +110,13 @@ pub struct ForwardCtx {
     options: TraceOptions,
     params: Vec<ParamSpec>,
     dropouts: u32,
+    /// The `rng_step` input, declared by the first random op.
+    step: Option<Tensor>,
 }
+
+/// The graph input holding the step number (an `i64` scalar) that random ops mix into their
+/// streams, so each training step draws fresh dropout masks; `Trainer` feeds it.
+pub const RNG_STEP: &str = "rng_step";
 
 /// A traced model: its graph and the parameters it declared (with their initialisers).
 #[derive(Debug)]
@@ -176,7 +182,7 @@ impl ForwardCtx {
     /// A fresh context with an empty graph.
     pub fn new(options: TraceOptions) -> ForwardCtx {
         let state = TraceState { graph: Graph::new(options.name.clone()), scopes: Vec::new(), profiler: None };
-        ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0 }
+        ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0, step: None }
     }
 
     /// Train or inference.
@@ -290,11 +296,23 @@ impl ForwardCtx {
         self.declare(Op::Iota { axis }, ty)
     }
 
-    /// Uniform `[0, 1)` noise from the next seed of this trace's dropout stream.
+    /// Uniform `[0, 1)` noise from the next seed of this trace's dropout stream, mixed with the
+    /// run's step (the `rng_step` input, declared on first use): the same seed and step give
+    /// the same values on every target, another step other values.
     pub fn random_uniform(&mut self, dims: &[Dim], dtype: DType) -> Result<Tensor> {
         let seed = self.next_seed();
         let ty = TensorType::new(dtype, self.shape(dims));
-        self.declare(Op::RandomUniform { seed }, ty)
+        let step = match &self.step {
+            Some(s) => s.clone(),
+            None => {
+                let s = self.input(RNG_STEP, &[], DType::I64)?;
+                self.step = Some(s.clone());
+                s
+            }
+        };
+        let path = self.path();
+        let id = self.state.borrow_mut().graph.declare_with(Op::RandomUniform { seed }, &[step.id], ty, &path)?;
+        Ok(Tensor::recorded(&self.state, id))
     }
 
     /// Seeds for random ops: a pure function of the trace seed and a counter, so a trace is

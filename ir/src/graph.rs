@@ -84,6 +84,21 @@ impl Graph {
         self.add_typed(op, &[], ty, provenance)
     }
 
+    /// Add an op whose type is declared and that takes operands (a `random_uniform` with its
+    /// step).
+    pub fn declare_with(
+        &mut self,
+        op: Op,
+        operands: &[NodeId],
+        ty: TensorType,
+        provenance: &str,
+    ) -> Result<NodeId, IrError> {
+        if !op.is_source() {
+            return Err(self.type_error(&op, operands, provenance, "only source ops have a declared type".into()));
+        }
+        self.add_typed(op, operands, ty, provenance)
+    }
+
     /// Add a graph input.
     pub fn input(&mut self, name: &str, ty: TensorType) -> Result<NodeId, IrError> {
         self.declare(Op::Input { name: name.into() }, ty, "")

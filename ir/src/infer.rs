@@ -33,6 +33,11 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
             Ok(declared.clone())
         }
         Op::RandomUniform { .. } => {
+            if let Some(step) = args.first()
+                && !(step.dtype.is_int() && step.rank() == 0)
+            {
+                return Err(format!("the step must be an integer scalar, found {step}"));
+            }
             check_shape_symbols(&declared.shape)?;
             float(declared.dtype, "random_uniform")?;
             Ok(declared.clone())

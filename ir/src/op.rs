@@ -318,10 +318,14 @@ pub enum Op {
         axis: usize,
     },
     /// Uniform random numbers in `[0, 1)` of the node's declared (float) type, a pure function
-    /// of `seed` and each element's row-major index `i`, so every target reproduces them:
-    /// `pcg(i ^ pcg(seed)) >> 8` divided by 2^24, where `pcg` is the 32-bit PCG-RXS-M-XS hash
-    /// (`s = v * 747796405 + 2891336453; w = ((s >> ((s >> 28) + 4)) ^ s) * 277803737;
-    /// (w >> 22) ^ w`, all wrapping u32). Dropout masks are built from it.
+    /// of `seed`, an optional operand `step` (an integer scalar) and each element's row-major
+    /// index `i`, so every target reproduces them: `pcg(i ^ key) >> 8` divided by 2^24, with
+    /// `key = pcg(seed + 2654435769 * step)` (`step` 0 when absent, taken modulo 2^32), where
+    /// `pcg` is the 32-bit PCG-RXS-M-XS hash (`s = v * 747796405 + 2891336453;
+    /// w = ((s >> ((s >> 28) + 4)) ^ s) * 277803737; (w >> 22) ^ w`, all wrapping u32).
+    /// Dropout masks are built from it, the training step's number as `step`, so each step
+    /// draws fresh masks and a run is reproducible. Its type is declared, as for a source op;
+    /// without an operand it is a constant.
     RandomUniform {
         /// The stream; the frontend derives one per dropout from the trace's seed.
         seed: u32,
@@ -480,7 +484,8 @@ impl Op {
         }
     }
 
-    /// True for ops whose type is the node's declared type rather than inferred.
+    /// True for ops whose type is the node's declared type rather than inferred. All but a
+    /// `random_uniform` with a `step` operand are constants of the graph.
     pub fn is_source(&self) -> bool {
         matches!(
             self,
@@ -507,9 +512,8 @@ impl Op {
     /// The allowed operand counts, inclusive.
     pub fn arity(&self) -> (usize, usize) {
         match self {
-            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
-                (0, 0)
-            }
+            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => (0, 0),
+            Op::RandomUniform { .. } => (0, 1),
             Op::Unary(_)
             | Op::Cast { .. }
             | Op::Reduce { .. }

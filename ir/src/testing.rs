@@ -144,7 +144,14 @@ fn grow(g: &mut Graph, s: &Step, i: usize, a: NodeId, b: NodeId, c: NodeId, prov
         23 => Op::Reshape { shape: ta.shape.clone() },
         24 => {
             let op = Op::RandomUniform { seed: p[2] as u32 };
-            return g.declare(op, TensorType::new(DType::F32, ta.shape.0.clone()), prov).ok();
+            let ty = TensorType::new(DType::F32, ta.shape.0.clone());
+            if p[1].is_multiple_of(2) {
+                return g.declare(op, ty, prov).ok();
+            }
+            // A step: a constant here (a graph input in training).
+            let value = Literal::Splat(F64((p[1] % 5) as f64));
+            let step = g.declare(Op::Constant { value }, TensorType::new(DType::I64, Shape::scalar()), prov).ok()?;
+            return g.declare_with(op, &[step], ty, prov).ok();
         }
         25 => return cross_entropy(g, a, p, prov),
         _ => Op::Binary(BinaryOp::ALL[p[2] % 7]),

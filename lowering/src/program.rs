@@ -68,7 +68,8 @@ pub enum LowerError {
     Verify(#[from] VerifyErrors),
 }
 
-/// Lower a graph: one buffer per node, one kernel per non-source node in topological order.
+/// Lower a graph: one buffer per node, one kernel per non-source node in topological order
+/// (a source op with operands, a `random_uniform` with its step, is a kernel too).
 pub fn lower(g: &Graph) -> Result<Program, LowerError> {
     verify(g)?;
     let order = g.topo_order().expect("a verified graph is acyclic");
@@ -80,7 +81,7 @@ pub fn lower(g: &Graph) -> Result<Program, LowerError> {
         let kind = match &node.op {
             Op::Input { name } => BufferKind::Input(name.clone()),
             Op::Param { name } => BufferKind::Param(name.clone()),
-            op if op.is_source() => BufferKind::Constant(op.clone()),
+            op if op.is_source() && g.operands(id).is_empty() => BufferKind::Constant(op.clone()),
             _ => BufferKind::Intermediate,
         };
         let b = buffers.len();

@@ -106,12 +106,14 @@ fn provenance_names_every_layer() {
     );
 }
 
-/// (op, provenance) of every node outside dropout scopes, counted.
+/// (op, provenance) of every node outside dropout scopes, counted (the `rng_step` input the
+/// masks read is dropout's too).
 fn non_dropout_ops(g: &Graph) -> BTreeMap<(String, String), usize> {
     let mut m = BTreeMap::new();
     for id in g.node_ids() {
         let n = g.node(id).unwrap();
-        if !n.provenance.ends_with("dropout") {
+        let step = matches!(&n.op, Op::Input { name } if name == rustral_frontend::RNG_STEP);
+        if !n.provenance.ends_with("dropout") && !step {
             *m.entry((n.op.name().to_string(), n.provenance.clone())).or_insert(0) += 1;
         }
     }
@@ -130,6 +132,9 @@ fn train_tracing_differs_from_inference_only_by_dropout() {
         // BERT: embeddings, attention probs, attention output, ffn output; GPT-2: embeddings,
         // attention probs, two residuals.
         assert_eq!(random(&train.graph), 4, "{name}: one mask per dropout");
+        let step = train.graph.inputs().into_iter().find(|(n, _)| n == rustral_frontend::RNG_STEP).unwrap().1;
+        let stepped = train.graph.node_ids().filter(|&id| train.graph.operands(id) == [step]).count();
+        assert_eq!(stepped, 4, "{name}: every mask reads the step");
         assert_eq!(non_dropout_ops(&train.graph), non_dropout_ops(&inf.graph), "{name}: only dropout differs");
         assert_eq!(train.params, inf.params);
         assert_eq!(print(&train.graph), print(&train_again.graph), "{name}: deterministic for a seed");

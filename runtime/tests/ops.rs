@@ -288,3 +288,20 @@ fn random_uniform_matches_its_definition() {
     assert_eq!(run(&graph(&src(42)), &[]).unwrap()[0].to_vec(), u, "deterministic");
     assert_ne!(run(&graph(&src(43)), &[]).unwrap()[0].to_vec(), u, "seeds differ");
 }
+
+/// With a step, the stream's key is `pcg(seed + 2654435769 * step)` (Python, 32-bit masks):
+/// step 0 is the stream without a step, each other step another stream, negative steps wrap.
+#[test]
+fn random_uniform_with_a_step_matches_its_definition() {
+    let g = graph(
+        "graph \"r\" {\n  %0: i64[] = input \"step\"\n  %1: f64[100, 100] = random_uniform %0 {seed=42}\n  output \"u\" = %1\n}\n",
+    );
+    let at = |step: i64| run(&g, &[("step", HostTensor::i64(&[], &[step]).unwrap())]).unwrap().remove(0).to_vec();
+    assert_eq!(at(3)[..3], [0.14516746997833252, 0.04322624206542969, 0.5308029055595398]);
+    assert_eq!(at(-1)[..3], [0.2874070405960083, 0.47020822763442993, 0.812445342540741]);
+    let plain = graph("graph \"r\" {\n  %0: f64[100, 100] = random_uniform {seed=42}\n  output \"u\" = %0\n}\n");
+    assert_eq!(at(0), run(&plain, &[]).unwrap()[0].to_vec());
+    let (a, b) = (at(1), at(2));
+    let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+    assert!(same < 10, "{same} of 10000 values repeat between steps");
+}

@@ -201,6 +201,8 @@ pub struct Trainer {
     on_device: bool,
     /// `params` is older than the device's.
     host_stale: bool,
+    /// The step reads `rng_step` (it has dropout): each step feeds its number.
+    rng_step: bool,
 }
 
 impl Trainer {
@@ -218,6 +220,7 @@ impl Trainer {
         let specs: Vec<ParamSpec> = traced.params.iter().filter(|p| p.dtype.is_float()).cloned().collect();
         let names: Vec<String> = specs.iter().map(|p| p.name.clone()).collect();
         let g = training_graph(&traced.graph, loss, &names, options)?;
+        let rng_step = g.inputs().iter().any(|(name, _)| name == rustral_frontend::RNG_STEP);
         #[cfg(feature = "wgsl")]
         let on_device = matches!(target, Target::Wgsl);
         #[cfg(not(feature = "wgsl"))]
@@ -236,13 +239,24 @@ impl Trainer {
             loss: loss.into(),
             on_device,
             host_stale: false,
+            rng_step,
         })
     }
 
     /// One step on a batch (the graph's inputs by name): returns the loss before the update.
     /// On the WGSL target the update runs on the device (in f32) and only the loss is read
-    /// back; elsewhere the optimizer runs on the host in f64.
+    /// back; elsewhere the optimizer runs on the host in f64. A model with dropout gets the
+    /// step's number as `rng_step` (unless the batch sets it), so each step draws new masks
+    /// and a resumed run draws the same ones as an unbroken run.
     pub fn step(&mut self, batch: &[(&str, HostTensor)]) -> Result<f64> {
+        let with_step: Vec<(&str, HostTensor)>;
+        let batch = if self.rng_step && !batch.iter().any(|(n, _)| *n == rustral_frontend::RNG_STEP) {
+            let step = HostTensor::new(DType::I64, &[], vec![self.step as f64]).expect("one value fills a scalar");
+            with_step = batch.iter().cloned().chain([(rustral_frontend::RNG_STEP, step)]).collect();
+            &with_step[..]
+        } else {
+            batch
+        };
         #[cfg(feature = "wgsl")]
         if self.on_device {
             let t = self.step + 1;

@@ -167,7 +167,13 @@ pub(crate) fn pointwise(
         }
         Op::RandomUniform { seed } => {
             sh.need(Helper::Pcg);
-            sh.line(1, &format!("let key = pcg({seed}u);"));
+            if operands.is_empty() {
+                sh.line(1, &format!("let key = pcg({seed}u);"));
+            } else {
+                // The step arrives as an f32 (exact below 2^24); its i32 bits are the u32 step.
+                let step = sh.load("in0", "0u");
+                sh.line(1, &format!("let key = pcg({seed}u + 2654435769u * u32(i32({step})));"));
+            }
             "f32(pcg(i ^ key) >> 8u) / 16777216.0".into()
         }
         other => return Err(format!("the WGSL target has no kernel for {}", other.name())),

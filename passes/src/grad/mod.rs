@@ -200,7 +200,7 @@ pub fn promote_f64(g: &Graph) -> Result<Graph, IrError> {
         let new = if op.is_source() {
             let mut ty = node.ty.clone();
             ty.dtype = widen(ty.dtype);
-            out.declare(op, ty, &node.provenance)?
+            out.declare_with(op, &operands, ty, &node.provenance)?
         } else {
             out.add(op, &operands, &node.provenance)?
         };

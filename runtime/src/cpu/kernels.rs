@@ -77,6 +77,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         Op::Attention { scale, causal } => attention(args, scale.0 as f32, *causal, out),
         Op::Gather { axis: 0 } => gather_rows(f(0)?, args[1]),
         Op::CrossEntropy => cross_entropy(f(0)?, args[1]),
+        Op::RandomUniform { seed } => random_uniform(*seed, args.first().copied(), out),
         Op::Reshape { .. } => f(0).map(|(x, _)| x.to_vec()),
         Op::BroadcastTo { .. } => {
             let x = f(0)?;
@@ -690,6 +691,22 @@ fn gather_rows(table: (&[f32], &[usize]), ids: &Storage) -> Option<Vec<f32>> {
         out.extend_from_slice(&table.0[i * width..(i + 1) * width]);
     }
     Some(out)
+}
+
+/// A `random_uniform` stream whose key depends on the run's step (see `Op::RandomUniform`).
+fn random_uniform(seed: u32, step: Option<&Storage>, out: &[usize]) -> Option<Vec<f32>> {
+    let step = match step {
+        Some(Storage::Wide(t)) => Some(*t.data.iter().next()?),
+        Some(_) => return None,
+        None => None,
+    };
+    let key = crate::reference::stream_key(seed, step);
+    let draw = |i: usize| (crate::reference::pcg(i as u32 ^ key) >> 8) as f32 / 16_777_216.0;
+    Some(filled(out.iter().product(), BLOCK, |start, o| {
+        o.iter_mut().enumerate().for_each(|(k, v)| {
+            v.write(draw(start + k));
+        })
+    }))
 }
 
 /// Each row's `max + log(sum(exp(x - max))) - x[target]`, rows in parallel; None (the

@@ -19,7 +19,7 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
         }
         Op::Iota { axis } => ArrayD::from_shape_fn(IxDyn(out_shape), |ix| ix[*axis] as f64),
         Op::RandomUniform { seed } => {
-            let key = pcg(*seed);
+            let key = stream_key(*seed, args.first().map(|t| t.data.iter().next().copied().unwrap_or(0.0)));
             let n: usize = out_shape.iter().product();
             let data = (0..n).map(|i| f64::from(pcg((i as u32) ^ key) >> 8) / f64::from(1u32 << 24)).collect();
             ArrayD::from_shape_vec(IxDyn(out_shape), data).map_err(|e| e.to_string())?
@@ -88,6 +88,13 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
         Op::FusedElementwise { body } => fused(body, args, out_shape)?,
     };
     Ok(HostTensor::from_array(dtype, data))
+}
+
+/// The key of a `random_uniform` stream: `pcg(seed + 2654435769 * step)`, the step an integer
+/// value taken modulo 2^32.
+pub(crate) fn stream_key(seed: u32, step: Option<f64>) -> u32 {
+    let step = step.map_or(0, |s| s as i64 as u32);
+    pcg(seed.wrapping_add(step.wrapping_mul(2_654_435_769)))
 }
 
 /// The 32-bit PCG-RXS-M-XS hash that defines `random_uniform`.

@@ -7,6 +7,8 @@
 
 mod kernels;
 
+pub(crate) use kernels::{pcg, stream_key};
+
 pub(crate) use kernels::eval_op;
 
 /// Materialise a source op (constant, iota, random stream) of the given type.
