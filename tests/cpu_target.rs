@@ -121,3 +121,45 @@ fn matmul_with_an_empty_batch_dim_writes_nothing() {
     assert_eq!(out[0].1.shape(), &[0, 3, 3]);
     assert_eq!(out[1].1.shape(), &[0, 3, 4]);
 }
+
+/// A training step (the tiny GPT-2 in `Mode::Train`: dropout masks read the step, the loss is
+/// a fused cross-entropy whose gradient compares class ids with labels) runs every kernel in
+/// f32 at O2: none falls back to the f64 reference but reductions over several axes and the
+/// slicing of the integer ids into inputs and labels. Its
+/// outputs match the reference interpreter on the same graph (1e-4 absolute + 1e-4 relative).
+#[test]
+fn a_training_step_runs_in_f32_kernels() {
+    use rustral::frontend::{Mode, ShapePolicy, TraceOptions, trace_named};
+    use rustral::models::{Gpt2, Gpt2Config};
+    let gpt = Gpt2 { config: Gpt2Config::tiny(2) };
+    let shape = ShapePolicy::symbolic().pin("batch", 2).pin("seq", 8);
+    let traced = trace_named(TraceOptions { mode: Mode::Train, seed: 3, shape, ..TraceOptions::default() }, |ctx| {
+        let x = gpt.input(ctx)?;
+        let logits = gpt.forward(ctx, &x)?;
+        let loss = rustral::frontend::nn::cross_entropy(ctx, &logits.slice(1, 0, 7usize)?, &x.slice(1, 1, 8usize)?)?;
+        Ok(vec![("loss".into(), loss)])
+    })
+    .unwrap();
+    let names: Vec<String> = traced.params.iter().map(|p| p.name.clone()).collect();
+    let options = CompileOptions { threads: 2, ..CompileOptions::default() };
+    let step = rustral::train::training_graph(&traced.graph, "loss", &names, &options).unwrap();
+    let mut s = Session::compile(&step, Target::Cpu, &options).unwrap();
+    let store = ParamStore::init(&traced.params, 5);
+    s.bind(&store).unwrap();
+    let ids = HostTensor::new(DType::I64, &[2, 8], (0..16).map(|i| ((i * 7) % 50) as f64).collect()).unwrap();
+    let feeds = vec![
+        ("input_ids".to_string(), ids),
+        (rustral::frontend::RNG_STEP.to_string(), HostTensor::i64(&[], &[3]).unwrap()),
+    ];
+    let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let times = s.profile(&refs).unwrap().expect("the CPU target profiles");
+    let fell_back: Vec<String> = times
+        .iter()
+        .filter(|k| k.fallback && !k.op.starts_with("reduce") && k.op != "slice")
+        .map(|k| format!("{} at {}", k.op, k.provenance))
+        .collect();
+    assert!(fell_back.is_empty(), "{fell_back:?}");
+    assert!(times.iter().any(|k| k.op == "cross_entropy"));
+    let want = common::reference(&step, &store, &feeds);
+    max_error(&want, &s.run(&refs).unwrap(), 1e-4, 1e-4, "the training step");
+}

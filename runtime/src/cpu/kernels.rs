@@ -287,19 +287,63 @@ simd::multiversion! {
 /// A fused elementwise body: compiled by Cranelift (`jit`) unless the caller asks for the
 /// interpreter or Cranelift cannot compile it here.
 fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize], jit: bool) -> Option<Vec<f32>> {
-    let ok = body.nodes.iter().all(|n| match n {
+    let arg_dtypes: Vec<DType> = args.iter().map(|s| s.dtype()).collect();
+    let dtypes = body_dtypes(body, &arg_dtypes)?;
+    // Integers are exact in f32 below 2^24: an integer operand or constant may feed
+    // comparisons and casts (a one-hot of labels), but integer arithmetic, whose wrapping and
+    // truncation f32 does not reproduce, runs on the reference.
+    let ok = body.nodes.iter().zip(&dtypes).all(|(n, d)| match n {
+        ExprNode::Const { value, dtype } if dtype.is_int() => value.0.fract() == 0.0 && value.0.abs() <= F32_EXACT,
         ExprNode::Const { dtype, .. } | ExprNode::Cast(dtype, _) => matches!(dtype, DType::F32 | DType::Bool),
-        ExprNode::Arg(i) => args.get(*i).is_some_and(|s| s.f32().is_some()),
-        _ => true,
+        ExprNode::Arg(_) => matches!(d, DType::F32 | DType::Bool) || d.is_int(),
+        _ => !d.is_int(),
     });
     if !ok {
         return None;
     }
-    let operands: Vec<(&[f32], &[usize])> = args.iter().map(|s| (s.f32().expect("checked f32"), s.shape())).collect();
+    let converted: Vec<Option<Vec<f32>>> = args
+        .iter()
+        .map(|s| if s.f32().is_some() { Some(None) } else { exact_f32(s).map(Some) })
+        .collect::<Option<_>>()?;
+    let operands: Vec<(&[f32], &[usize])> = args
+        .iter()
+        .zip(&converted)
+        .map(|(s, c)| (c.as_deref().or_else(|| s.f32()).expect("f32 or converted"), s.shape()))
+        .collect();
     if jit && let Ok(values) = super::jit::run(body, &operands, out) {
         return Some(values);
     }
     Some(interpret(body, &operands, out))
+}
+
+/// Integers (and bools) of magnitude at most this are exact in f32.
+const F32_EXACT: f64 = 16_777_216.0;
+
+/// Each body node's dtype (None for a body that does not type, which verified graphs never
+/// have).
+fn body_dtypes(body: &ElementwiseExpr, args: &[DType]) -> Option<Vec<DType>> {
+    let mut out: Vec<DType> = Vec::with_capacity(body.nodes.len());
+    for n in &body.nodes {
+        let d = match n {
+            ExprNode::Arg(i) => *args.get(*i)?,
+            ExprNode::Const { dtype, .. } | ExprNode::Cast(dtype, _) => *dtype,
+            ExprNode::Unary(_, x) => *out.get(*x)?,
+            ExprNode::Binary(b, _, _) if b.is_comparison() => DType::Bool,
+            ExprNode::Binary(_, x, _) => *out.get(*x)?,
+            ExprNode::Where(_, x, _) => *out.get(*x)?,
+        };
+        out.push(d);
+    }
+    Some(out)
+}
+
+/// Integer or bool storage as f32 values, when every value is exact in f32.
+fn exact_f32(s: &Storage) -> Option<Vec<f32>> {
+    let Storage::Wide(t) = s else { return None };
+    if t.dtype.is_float() {
+        return None;
+    }
+    t.data.iter().map(|&v| (v.abs() <= F32_EXACT).then_some(v as f32)).collect()
 }
 
 /// The interpreter for fused bodies, a row at a time: every body node becomes a row of

@@ -49,6 +49,14 @@ impl Storage {
         }
     }
 
+    /// The dtype.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Storage::F32(..) => DType::F32,
+            Storage::Wide(t) => t.dtype,
+        }
+    }
+
     /// The shape.
     pub fn shape(&self) -> &[usize] {
         match self {
@@ -62,13 +70,18 @@ impl Storage {
         Storage::F32(Arc::new(values), shape)
     }
 
-    /// The same values under another shape of equal element count (f32 only; None otherwise).
+    /// The same values under another shape of equal element count (None otherwise): f32
+    /// values are shared, other dtypes (ids, labels: small) copied.
     pub fn reshaped(&self, shape: &[usize]) -> Option<Storage> {
+        if self.shape().iter().product::<usize>() != shape.iter().product::<usize>() {
+            return None;
+        }
         match self {
-            Storage::F32(v, _) if v.len() == shape.iter().product::<usize>() => {
-                Some(Storage::F32(Arc::clone(v), shape.to_vec()))
+            Storage::F32(v, _) => Some(Storage::F32(Arc::clone(v), shape.to_vec())),
+            Storage::Wide(t) => {
+                let data = t.data.as_standard_layout().into_owned().into_shape_with_order(IxDyn(shape)).ok()?;
+                Some(Storage::Wide(HostTensor { dtype: t.dtype, data }))
             }
-            _ => None,
         }
     }
 

@@ -60,13 +60,25 @@ fn compile(args: &Args) -> Result<(), Fail> {
 
     let start = Instant::now();
     let loaded = load::load(args)?;
+    let level = match args.opt.as_str() {
+        "0" => OptLevel::O0,
+        "1" => OptLevel::O1,
+        _ => OptLevel::O2,
+    };
+    let mut options = CompileOptions { level, disabled: args.disable.clone(), ..CompileOptions::default() };
+    options.dump_each = args.print_after_all;
+    if let Some(t) = args.threads {
+        options.threads = t;
+    }
     let differentiated;
     let traced = if args.grad {
+        // As `Trainer` builds its step: the forward graph fused first (above -O0), so fused
+        // ops' own gradient rules apply (cross-entropy's softmax - onehot), then differentiated.
         let loss = loaded.traced.graph.outputs().first().map(|o| o.name.clone()).unwrap_or_default();
         let names: Vec<String> =
             loaded.traced.params.iter().filter(|p| p.dtype.is_float()).map(|p| p.name.clone()).collect();
-        let graph =
-            rustral::passes::grad::grad(&loaded.traced.graph, &loss, &names).map_err(|e| Fail::user(e.to_string()))?;
+        let graph = rustral::train::training_graph(&loaded.traced.graph, &loss, &names, &options)
+            .map_err(|e| Fail::user(e.to_string()))?;
         differentiated = rustral::frontend::Traced { graph, params: loaded.traced.params.clone() };
         &differentiated
     } else {
@@ -80,16 +92,6 @@ fn compile(args: &Args) -> Result<(), Fail> {
         start.elapsed().as_secs_f64()
     ));
 
-    let level = match args.opt.as_str() {
-        "0" => OptLevel::O0,
-        "1" => OptLevel::O1,
-        _ => OptLevel::O2,
-    };
-    let mut options = CompileOptions { level, disabled: args.disable.clone(), ..CompileOptions::default() };
-    options.dump_each = args.print_after_all;
-    if let Some(t) = args.threads {
-        options.threads = t;
-    }
     let start = Instant::now();
     let mut session = Session::compile(&traced.graph, target, &options)?;
     say(format!(
