@@ -1,5 +1,5 @@
-//! Snapshots of generated WGSL: a LayerNorm, an attention and a fused elementwise kernel (with
-//! a broadcast operand and f16 rounding). Lowering validates every shader with naga, so a
+//! Snapshots of generated WGSL: a LayerNorm, an attention, a cross-entropy and a fused
+//! elementwise kernel (with a broadcast operand and f16 rounding). Lowering validates every shader with naga, so a
 //! snapshot is also a shader naga accepts; determinism is checked by lowering twice.
 
 #![cfg(feature = "wgsl")]
@@ -45,6 +45,15 @@ fn layer_norm() {
     let beta = g.param("beta", ty(&["384"]), "encoder.layer.0.output.LayerNorm").unwrap();
     one(&mut g, Op::LayerNorm { eps: F64(1e-12) }, &[x, gamma, beta], "encoder.layer.0.output.LayerNorm");
     snapshot("layer_norm", &shader(&g));
+}
+
+#[test]
+fn cross_entropy() {
+    let mut g = Graph::new("cross_entropy");
+    let logits = g.input("logits", ty(&["batch", "seq", "50257"])).unwrap();
+    let labels = g.input("labels", TensorType::new(DType::I64, ty(&["batch", "seq", "1"]).shape)).unwrap();
+    one(&mut g, Op::CrossEntropy, &[logits, labels], "cross_entropy");
+    snapshot("cross_entropy", &shader(&g));
 }
 
 #[test]
