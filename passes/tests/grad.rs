@@ -1,6 +1,6 @@
 //! The grad pass against central finite differences in f64 on the reference interpreter, for
-//! every op and fused op (several shapes, broadcasting operands), and as a graph: it verifies,
-//! keeps the forward outputs and goes through O2.
+//! every op and fused op (several shapes, broadcasting operands, and random shapes and axes),
+//! and as a graph: it verifies, keeps the forward outputs and goes through O2.
 //!
 //! Each case is `loss = sum(op(inputs) * w)` with fixed random weights `w` (so no output
 //! element's gradient is hidden by symmetry). Tolerance: |analytic - fd| <= 1e-6 (1 + |fd|),
@@ -275,4 +275,95 @@ fn fan_out_unused_sources_and_errors() {
     let s = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[x], "").unwrap();
     g.set_output("s", s).unwrap();
     assert!(grad(&g, "s", &["w".into()]).unwrap_err().to_string().contains("\"w\" is not an input or parameter"));
+}
+
+/// Random shapes: rank 0 to 3 with dims 1 to 3, the second operand of a binary op broadcasting
+/// (dims set to 1 and leading dims left out at random, on either side), axes and reductions
+/// drawn at random, for every op family that has a gradient.
+fn random_case(dims: &[usize], ones: u8, drop: usize, pick: u16) {
+    let r = dims.len();
+    let mut small: Vec<usize> =
+        dims.iter().enumerate().map(|(k, &d)| if (ones >> k) & 1 == 1 { 1 } else { d }).collect();
+    small.drain(..drop.min(r));
+    let axis = (pick as usize / 16) % r.max(1);
+    let last = dims.last().copied().unwrap_or(1);
+    let what = format!("shape {dims:?}, other {small:?}, pick {pick}");
+    match pick % 16 {
+        0 | 1 => {
+            let u = UnaryOp::ALL[pick as usize / 2 % UnaryOp::ALL.len()];
+            let positive = matches!(u, UnaryOp::Log | UnaryOp::Sqrt | UnaryOp::Rsqrt | UnaryOp::Recip);
+            one(Op::Unary(u), &[dims], positive, &format!("{} {what}", u.name()));
+        }
+        2..=4 => {
+            let arithmetic: Vec<BinaryOp> = BinaryOp::ALL.into_iter().filter(|b| !b.is_comparison()).collect();
+            let b = arithmetic[pick as usize / 4 % arithmetic.len()];
+            let shapes: [&[usize]; 2] = if pick.is_multiple_of(2) { [dims, &small] } else { [&small, dims] };
+            one(Op::Binary(b), &shapes, b == BinaryOp::Pow, &format!("{} {what}", b.name()));
+        }
+        5 if r > 0 => {
+            let axes: Vec<usize> = (0..r).filter(|k| (ones >> (4 + k)) & 1 == 1).collect();
+            let axes = if axes.is_empty() { vec![axis] } else { axes };
+            let op = ReduceOp::ALL[pick as usize / 32 % 4];
+            one(Op::Reduce { op, axes, keepdim: ones & 1 == 0 }, &[dims], false, &format!("{} {what}", op.name()));
+        }
+        6 if r > 0 => one(Op::Softmax { axis }, &[dims], false, &format!("softmax {what}")),
+        7 if r > 0 => {
+            one(Op::LayerNorm { eps: F64(1e-5) }, &[dims, &[last], &[last]], false, &format!("layer_norm {what}"))
+        }
+        8 if r > 0 => one(Op::RmsNorm { eps: F64(1e-6) }, &[dims, &[last]], false, &format!("rms_norm {what}")),
+        9 => {
+            let approx = if pick.is_multiple_of(2) { GeluApprox::Erf } else { GeluApprox::Tanh };
+            one(Op::Gelu { approx }, &[dims], false, &format!("gelu {what}"));
+        }
+        10 => one(Op::Silu, &[dims], false, &format!("silu {what}")),
+        11 => one(Op::Permute { perm: (0..r).rev().collect() }, &[dims], false, &format!("permute {what}")),
+        12 if r >= 2 => {
+            // b[..., k, 2] with the batch dims of the broadcasting operand.
+            let batch = &small[..small.len().saturating_sub(2)];
+            let mut b = batch.to_vec();
+            b.extend([last, 2]);
+            one(Op::MatMul, &[dims, &b], false, &format!("matmul {what}, b {b:?}"));
+        }
+        13 if r >= 2 => {
+            let act = Activation::ALL[pick as usize / 16 % Activation::ALL.len()];
+            let b = [last, 3];
+            one(Op::MatMulEpilogue { activation: act }, &[dims, &b, &[3]], false, &format!("{} {what}", act.name()));
+        }
+        14 if r >= 2 => {
+            let causal = pick.is_multiple_of(2);
+            let op = Op::Attention { scale: F64(0.7), causal };
+            one(op, &[dims, dims, dims], false, &format!("attention causal={causal} {what}"));
+        }
+        15 if r > 0 => {
+            let mut c = Case::new();
+            let x = c.input(dims, false);
+            let mut column = dims[..r - 1].to_vec();
+            column.push(1);
+            let n: usize = column.iter().product();
+            let t = c.g.input("t", TensorType::new(DType::I64, Shape::of(&column))).unwrap();
+            let labels = (0..n).map(|k| ((k * 7 + pick as usize) % last) as f64).collect();
+            c.feeds.insert("t".into(), HostTensor::new(DType::I64, &column, labels).unwrap());
+            let y = c.g.add(Op::CrossEntropy, &[x, t], "").unwrap();
+            c.check(y, &format!("cross_entropy {what}"));
+        }
+        _ => one(Op::Unary(UnaryOp::Tanh), &[dims], false, &format!("tanh {what}")),
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 128,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    #[test]
+    fn random_shapes_and_broadcasting(
+        dims in proptest::collection::vec(1usize..4, 0..4),
+        ones in proptest::prelude::any::<u8>(),
+        drop in 0usize..4,
+        pick in proptest::prelude::any::<u16>(),
+    ) {
+        random_case(&dims, ones, drop, pick);
+    }
 }
