@@ -1,8 +1,11 @@
 //! Per-kernel profile of a workload on the CPU target, summed by op and by module path:
-//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2] [threads]`.
+//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|train_step] [threads]`
+//! (`train_step`: the training step of the `train_step` bench, forward and backward, without
+//! the optimizer).
 
 use rustral_bench::prepare;
-use rustral_frontend::{TraceOptions, trace_named};
+use rustral_frontend::nn::Module;
+use rustral_frontend::{DType, Dim, TraceOptions, Traced, trace_named};
 use rustral_models::{Bert, BertConfig, Gpt2, Gpt2Config};
 use rustral_passes::OptLevel;
 use rustral_runtime::HostTensor;
@@ -14,6 +17,19 @@ fn main() {
     let which = args.first().map_or("minilm", String::as_str);
     let threads = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(1);
     let (traced, sizes) = match which {
+        "train_step" => {
+            let block = Gpt2Config::small(1).block().expect("GPT-2 small's activation is known");
+            let t = trace_named(TraceOptions::default(), |ctx| {
+                let x = ctx.input("x", &[Dim::fixed(8), Dim::fixed(128), Dim::fixed(768)], DType::F32)?;
+                let y = ctx.scope("h.0", |ctx| block.forward(ctx, &x))?;
+                Ok(vec![("loss".into(), y.square()?.mean(&[0, 1, 2], false)?)])
+            })
+            .expect("traces");
+            let names: Vec<String> = t.params.iter().map(|p| p.name.clone()).collect();
+            let options = rustral::CompileOptions::default();
+            let graph = rustral::train::training_graph(&t.graph, "loss", &names, &options).expect("differentiates");
+            (Traced { graph, params: t.params }, vec![])
+        }
         "gpt2" => {
             let mut config = Gpt2Config::tiny(12);
             (config.n_embd, config.n_head, config.vocab_size, config.n_positions) = (768, 12, 50257, 1024);

@@ -17,9 +17,15 @@ pub(crate) struct Builder<'g> {
 }
 
 impl<'g> Builder<'g> {
-    /// Nodes for the gradient of `node`, whose module path is `prov`.
+    /// Nodes for the gradient of `node`, whose module path is `prov`. The nodes a fused op's
+    /// expansion adds are already backward nodes: their gradients keep their path rather than
+    /// growing `.grad.grad`.
     pub fn new(g: &'g mut Graph, prov: &str, node: NodeId) -> Builder<'g> {
-        let prov = if prov.is_empty() { "grad".to_string() } else { format!("{prov}.grad") };
+        let prov = match prov {
+            "" => "grad".to_string(),
+            p if p == "grad" || p.ends_with(".grad") => p.to_string(),
+            p => format!("{p}.grad"),
+        };
         Builder { g, prov, node, created: Vec::new() }
     }
 
