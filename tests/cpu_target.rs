@@ -163,3 +163,22 @@ fn a_training_step_runs_in_f32_kernels() {
     let want = common::reference(&step, &store, &feeds);
     max_error(&want, &s.run(&refs).unwrap(), 1e-4, 1e-4, "the training step");
 }
+
+/// Transposes of the last two axes (the weight gradients' layout) are copied in tiles: exact,
+/// for shapes that are and are not multiples of the tile, batched or not.
+#[test]
+fn transposes_of_the_last_two_axes_are_exact() {
+    for dims in [[1, 1, 1], [1, 17, 5], [3, 37, 50], [2, 64, 48], [1, 1024, 33]] {
+        let [b, r, c] = dims;
+        let g = rustral::ir::parse_verified(&format!(
+            "graph \"t\" {{\n  %0: f32[{b}, {r}, {c}] = input \"x\"\n  %1: f32[{b}, {c}, {r}] = permute %0 {{perm=[0, 2, 1]}}\n  output \"y\" = %1\n}}\n"
+        ))
+        .unwrap();
+        let x = HostTensor::new(DType::F32, &dims, (0..b * r * c).map(|i| i as f64).collect()).unwrap();
+        let feeds = [("x".to_string(), x.clone())];
+        let want = evaluate(&g, &feeds.iter().cloned().collect()).unwrap();
+        let s = Session::compile(&g, Target::Cpu, &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+        let got = s.run(&[("x", x)]).unwrap();
+        assert_eq!(got[0].1.to_vec(), want[0].1.to_vec(), "{dims:?}");
+    }
+}

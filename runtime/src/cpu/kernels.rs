@@ -781,6 +781,13 @@ fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
     if rank == 0 || out[rank - 1] == 0 || total == 0 {
         return x.0.iter().take(total).copied().collect();
     }
+    let swaps_last_two = rank >= 2
+        && perm[rank - 1] == rank - 2
+        && perm[rank - 2] == rank - 1
+        && perm[..rank - 2].iter().enumerate().all(|(i, &p)| i == p);
+    if swaps_last_two {
+        return transpose_last_two(x.0, x.1[rank - 2], x.1[rank - 1]);
+    }
     // One output row (the last axis) at a time, in parallel: a contiguous copy when the last
     // axis stays last, else a gather with the input stride of the axis that lands there.
     let width = out[rank - 1];
@@ -802,6 +809,41 @@ fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
         }
     });
     result
+}
+
+/// `out[b][c][r] = x[b][r][c]` for matrices of `rows x cols`, in square tiles so that both
+/// the reads and the writes stay in cache (a weight gradient's transpose: a row-at-a-time
+/// gather reads one element per cache line). Tasks are a batch's bands of output rows.
+fn transpose_last_two(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 16;
+    let matrix = rows * cols;
+    let mut out = vec![0.0f32; x.len()];
+    if matrix == 0 {
+        return out;
+    }
+    out.par_chunks_mut(matrix).zip(x.par_chunks(matrix)).for_each(|(dst, src)| {
+        dst.par_chunks_mut(TILE * rows).enumerate().for_each(|(band, dst)| {
+            let c0 = band * TILE;
+            let width = dst.len() / rows;
+            // A tile is read a source row at a time into `tile`, then written an output row at a
+            // time: both sides contiguous (strided stores 4 KiB apart alias in L1).
+            let mut tile = [[0.0f32; TILE]; TILE];
+            for r0 in (0..rows).step_by(TILE) {
+                let height = TILE.min(rows - r0);
+                for (r, t) in tile.iter_mut().enumerate().take(height) {
+                    let at = (r0 + r) * cols + c0;
+                    t[..width].copy_from_slice(&src[at..at + width]);
+                }
+                for c in 0..width {
+                    let row = &mut dst[c * rows + r0..c * rows + r0 + height];
+                    for (r, d) in row.iter_mut().enumerate() {
+                        *d = tile[r][c];
+                    }
+                }
+            }
+        });
+    });
+    out
 }
 
 /// Elements `start..start + out[axis]` along `axis`, copied a contiguous run at a time.
