@@ -3,7 +3,8 @@
 //! and a 200-character sample.
 //!
 //! `cargo run --release -p rustral-models --example char_gpt [-- TEXT_FILE [STEPS]]` (the text
-//! defaults to this repository's README.md, the steps to 600).
+//! defaults to `../shared/DESIGN.md`, which does not change with the code, so the figure the
+//! README quotes can be reproduced; the steps to 600).
 
 #[path = "training/mod.rs"]
 mod training;
@@ -15,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args
         .next()
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/DESIGN.md"));
     let steps: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(600);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let out = training::char_gpt::train(&text, steps, "The ", true)?;
