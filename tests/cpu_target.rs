@@ -129,17 +129,7 @@ fn matmul_with_an_empty_batch_dim_writes_nothing() {
 /// outputs match the reference interpreter on the same graph (1e-4 absolute + 1e-4 relative).
 #[test]
 fn a_training_step_runs_in_f32_kernels() {
-    use rustral::frontend::{Mode, ShapePolicy, TraceOptions, trace_named};
-    use rustral::models::{Gpt2, Gpt2Config};
-    let gpt = Gpt2 { config: Gpt2Config::tiny(2) };
-    let shape = ShapePolicy::symbolic().pin("batch", 2).pin("seq", 8);
-    let traced = trace_named(TraceOptions { mode: Mode::Train, seed: 3, shape, ..TraceOptions::default() }, |ctx| {
-        let x = gpt.input(ctx)?;
-        let logits = gpt.forward(ctx, &x)?;
-        let loss = rustral::frontend::nn::cross_entropy(ctx, &logits.slice(1, 0, 7usize)?, &x.slice(1, 1, 8usize)?)?;
-        Ok(vec![("loss".into(), loss)])
-    })
-    .unwrap();
+    let traced = common::gpt2_with_dropout(2, 8, 3);
     let names: Vec<String> = traced.params.iter().map(|p| p.name.clone()).collect();
     let options = CompileOptions { threads: 2, ..CompileOptions::default() };
     let step = rustral::train::training_graph(&traced.graph, "loss", &names, &options).unwrap();

@@ -210,20 +210,9 @@ fn the_char_gpt_beats_the_unigram_baseline() {
     assert_eq!(out.sample.chars().count(), 204);
 }
 
-/// The tiny GPT-2 traced in `Mode::Train` (dropout after the embeddings, on the attention
-/// probabilities and on both residual branches) with its language-model loss, and a batch.
+/// `common::gpt2_with_dropout` over a batch of 4 x 8 ids.
 fn gpt_with_dropout() -> (rustral::frontend::Traced, HostTensor) {
-    use rustral::frontend::{Mode, ShapePolicy};
-    use rustral::models::{Gpt2, Gpt2Config};
-    let gpt = Gpt2 { config: Gpt2Config::tiny(2) };
-    let shape = ShapePolicy::symbolic().pin("batch", 4).pin("seq", 8);
-    let traced = trace_named(TraceOptions { mode: Mode::Train, seed: 7, shape, ..TraceOptions::default() }, |ctx| {
-        let x = gpt.input(ctx)?;
-        let logits = gpt.forward(ctx, &x)?;
-        let loss = rustral::frontend::nn::cross_entropy(ctx, &logits.slice(1, 0, 7usize)?, &x.slice(1, 1, 8usize)?)?;
-        Ok(vec![("loss".into(), loss)])
-    })
-    .unwrap();
+    let traced = common::gpt2_with_dropout(4, 8, 7);
     assert!(traced.graph.node_ids().any(|id| traced.graph.node(id).unwrap().op.name() == "random_uniform"));
     let ids = HostTensor::new(DType::I64, &[4, 8], (0..32).map(|i| ((i * 7) % 50) as f64).collect()).unwrap();
     (traced, ids)

@@ -119,6 +119,22 @@ pub fn models() -> Vec<(&'static str, Traced)> {
     ]
 }
 
+/// The tiny GPT-2 traced in `Mode::Train` (dropout after the embeddings, on the attention
+/// probabilities and on both residual branches, masks reading `rng_step`) with its
+/// language-model loss `loss` over `input_ids[batch, seq]`.
+pub fn gpt2_with_dropout(batch: usize, seq: usize, seed: u64) -> Traced {
+    use rustral::frontend::{Mode, ShapePolicy};
+    let gpt = Gpt2 { config: Gpt2Config::tiny(2) };
+    let shape = ShapePolicy::symbolic().pin("batch", batch).pin("seq", seq);
+    trace_named(TraceOptions { mode: Mode::Train, seed, shape, ..TraceOptions::default() }, |ctx| {
+        let x = gpt.input(ctx)?;
+        let logits = gpt.forward(ctx, &x)?;
+        let loss = rustral::frontend::nn::cross_entropy(ctx, &logits.slice(1, 0, seq - 1)?, &x.slice(1, 1, seq)?)?;
+        Ok(vec![("loss".into(), loss)])
+    })
+    .unwrap()
+}
+
 /// Whether the WGSL target's tests can run: true with an adapter. Without one they fail,
 /// naming what to install, unless `RUSTRAL_SKIP_WGPU=1` allows skipping on a developer's
 /// machine (never in CI, where `CI` is set).

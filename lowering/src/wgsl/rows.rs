@@ -119,6 +119,24 @@ pub(crate) fn norm(ctx: &Ctx, head: &Head, eps: f64, center: bool, ops: &[Operan
     generated(sh, ctx, Count::elements(&shape[..rank - 1]), names)
 }
 
+/// The two passes softmax and cross-entropy share over a row of `len` elements whose `j`th is
+/// `x`: its max `m`, then the sum of exponentials about it, `sum`. Returns the loop header
+/// over the row (`j` from this invocation's index, stepping by the workgroup).
+fn max_and_sum_exp(sh: &mut Shader, wg: u32, len: &str, x: &str) -> String {
+    let each = format!("for (var j = lid; j < {len}; j = j + {wg}u) {{");
+    sh.line(1, "var acc = -inf();");
+    sh.line(1, &each);
+    sh.line(2, &format!("acc = max_(acc, {x});"));
+    sh.line(1, "}");
+    tree(sh, 1, wg, "acc", "max_($a, $b)", "m");
+    sh.line(1, "acc = 0.0;");
+    sh.line(1, &each);
+    sh.line(2, &format!("acc = acc + exp_({x} - m);"));
+    sh.line(1, "}");
+    tree(sh, 1, wg, "acc", "$a + $b", "sum");
+    each
+}
+
 /// Softmax along `axis`: one workgroup per row (every index but `axis`), a max pass, a sum of
 /// exponentials, and a write.
 pub(crate) fn softmax(ctx: &Ctx, head: &Head, axis: usize, x: &Operand, out: &Operand) -> Generated {
@@ -134,17 +152,7 @@ pub(crate) fn softmax(ctx: &Ctx, head: &Head, axis: usize, x: &Operand, out: &Op
     sh.line(1, &format!("let base = (group / {inner}) * {len} * {inner} + group % {inner};"));
     let at = if inner == "1u" { "base + j".to_string() } else { format!("base + j * {inner}") };
     let x = sh.load("x", &at);
-    let each = format!("for (var j = lid; j < {len}; j = j + {WG}u) {{");
-    sh.line(1, "var acc = -inf();");
-    sh.line(1, &each);
-    sh.line(2, &format!("acc = max_(acc, {x});"));
-    sh.line(1, "}");
-    tree(&mut sh, 1, WG, "acc", "max_($a, $b)", "m");
-    sh.line(1, "acc = 0.0;");
-    sh.line(1, &each);
-    sh.line(2, &format!("acc = acc + exp_({x} - m);"));
-    sh.line(1, "}");
-    tree(&mut sh, 1, WG, "acc", "$a + $b", "sum");
+    let each = max_and_sum_exp(&mut sh, WG, &len, &x);
     sh.line(1, &each);
     let v = helpers::round(&mut sh, out.dtype, &format!("exp_({x} - m) / sum"));
     let store = sh.store(&at, &v);
@@ -168,17 +176,7 @@ pub(crate) fn cross_entropy(ctx: &Ctx, head: &Head, x: &Operand, targets: &Opera
     sh.line(1, &format!("if (group >= {rows}) {{ return; }}"));
     sh.line(1, &format!("let base = group * {len};"));
     let xj = sh.load("x", "base + j");
-    let each = format!("for (var j = lid; j < {len}; j = j + {WG}u) {{");
-    sh.line(1, "var acc = -inf();");
-    sh.line(1, &each);
-    sh.line(2, &format!("acc = max_(acc, {xj});"));
-    sh.line(1, "}");
-    tree(&mut sh, 1, WG, "acc", "max_($a, $b)", "m");
-    sh.line(1, "acc = 0.0;");
-    sh.line(1, &each);
-    sh.line(2, &format!("acc = acc + exp_({xj} - m);"));
-    sh.line(1, "}");
-    tree(&mut sh, 1, WG, "acc", "$a + $b", "sum");
+    max_and_sum_exp(&mut sh, WG, &len, &xj);
     sh.line(1, "if (lid != 0u) { return; }");
     sh.line(1, &format!("let t = {};", sh.load("targets", "group")));
     let fail = sh.fail();
