@@ -172,3 +172,25 @@ fn transposes_of_the_last_two_axes_are_exact() {
         assert_eq!(got[0].1.to_vec(), want[0].1.to_vec(), "{dims:?}");
     }
 }
+
+/// Cross-entropy over zero classes: no rows is an empty loss, a row is an error (its target
+/// cannot be in range), on the CPU target as on the reference.
+#[test]
+fn cross_entropy_over_no_classes() {
+    let g = |rows: usize| {
+        rustral::ir::parse_verified(&format!(
+            "graph \"ce\" {{\n  %0: f32[{rows}, 0] = input \"x\"\n  %1: i64[{rows}, 1] = input \"t\"\n  %2: f32[{rows}] = cross_entropy %0, %1\n  output \"y\" = %2\n}}\n"
+        ))
+        .unwrap()
+    };
+    let feeds = |rows: usize| {
+        [
+            ("x", HostTensor::new(DType::F32, &[rows, 0], vec![]).unwrap()),
+            ("t", HostTensor::i64(&[rows, 1], &vec![0; rows]).unwrap()),
+        ]
+    };
+    let s = Session::compile(&g(0), Target::Cpu, &CompileOptions::default()).unwrap();
+    assert!(s.run(&feeds(0)).unwrap()[0].1.to_vec().is_empty());
+    let s = Session::compile(&g(2), Target::Cpu, &CompileOptions::default()).unwrap();
+    assert!(s.run(&feeds(2)).unwrap_err().to_string().contains("out of range"));
+}
