@@ -238,33 +238,28 @@ fn a_model_traced_for_training_with_dropout_trains() {
 #[test]
 fn dropout_masks_change_every_step_and_repeat_across_runs_and_targets() {
     let (traced, ids) = gpt_with_dropout();
-    let frozen = |target: Target| -> Vec<f64> {
+    let new = |target: Target| {
         let params = ParamStore::init(&traced.params, 1);
         let sgd = Optimizer::Sgd { lr: 0.0, momentum: 0.0, weight_decay: 0.0 };
-        let mut tr = Trainer::new(&traced, "loss", target, &options(), sgd, Schedule::Constant, params).unwrap();
-        (0..4).map(|_| tr.step(&[("input_ids", ids.clone())]).unwrap()).collect()
+        Trainer::new(&traced, "loss", target, &options(), sgd, Schedule::Constant, params).unwrap()
     };
+    let steps = |tr: &mut Trainer, n: usize| -> Vec<f64> {
+        (0..n).map(|_| tr.step(&[("input_ids", ids.clone())]).unwrap()).collect()
+    };
+    let frozen = |target: Target| steps(&mut new(target), 4);
     let cpu = frozen(Target::Cpu);
     for w in cpu.windows(2) {
         assert!((w[0] - w[1]).abs() > 1e-4, "the same masks twice: {cpu:?}");
     }
     assert_eq!(cpu, frozen(Target::Cpu), "another run, other masks");
     // A run resumed from a checkpoint after two steps draws the masks of steps 2 and 3.
-    let new = || {
-        let params = ParamStore::init(&traced.params, 1);
-        let sgd = Optimizer::Sgd { lr: 0.0, momentum: 0.0, weight_decay: 0.0 };
-        Trainer::new(&traced, "loss", Target::Cpu, &options(), sgd, Schedule::Constant, params).unwrap()
-    };
-    let mut first = new();
-    for _ in 0..2 {
-        first.step(&[("input_ids", ids.clone())]).unwrap();
-    }
+    let mut first = new(Target::Cpu);
+    steps(&mut first, 2);
     let dir = tempfile::tempdir().unwrap();
     first.save_checkpoint(&dir.path().join("step2.safetensors")).unwrap();
-    let mut resumed = new();
+    let mut resumed = new(Target::Cpu);
     resumed.load_checkpoint(&dir.path().join("step2.safetensors")).unwrap();
-    let rest: Vec<f64> = (0..2).map(|_| resumed.step(&[("input_ids", ids.clone())]).unwrap()).collect();
-    assert_eq!(rest, cpu[2..].to_vec(), "a resumed run replays the masks");
+    assert_eq!(steps(&mut resumed, 2), cpu[2..].to_vec(), "a resumed run replays the masks");
     if common::wgsl_available() {
         let wgsl = frozen(Target::Wgsl);
         for (a, b) in cpu.iter().zip(&wgsl) {

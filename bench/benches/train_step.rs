@@ -6,8 +6,7 @@
 //! `RAYON_NUM_THREADS=N cargo bench -p rustral-bench --bench train_step` (N = 1, 2)
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rustral::frontend::{ParamStore, TraceOptions, trace_named};
-use rustral::models::Gpt2Config;
+use rustral::frontend::ParamStore;
 use rustral::prelude::*;
 use rustral::train::{Optimizer, Schedule, Trainer};
 use std::hint::black_box;
@@ -15,13 +14,7 @@ use std::time::Duration;
 
 fn train_step(c: &mut Criterion) {
     let threads = std::env::var("RAYON_NUM_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(2);
-    let block = Gpt2Config::small(1).block().expect("GPT-2 small's activation is known");
-    let traced = trace_named(TraceOptions::default(), |ctx| {
-        let x = ctx.input("x", &[Dim::fixed(8), Dim::fixed(128), Dim::fixed(768)], DType::F32)?;
-        let y = ctx.scope("h.0", |ctx| block.forward(ctx, &x))?;
-        Ok(vec![("loss".into(), y.square()?.mean(&[0, 1, 2], false)?)])
-    })
-    .expect("the block traces");
+    let traced = rustral_bench::gpt2_block_loss();
     let x = HostTensor::new(DType::F32, &[8, 128, 768], rustral::runtime::seeded_values(1, 8 * 128 * 768))
         .expect("8 x 128 x 768 values");
     let mut group = c.benchmark_group("gpt2_block_train_step_b8_s128");

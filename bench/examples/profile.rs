@@ -4,8 +4,7 @@
 //! the optimizer).
 
 use rustral_bench::prepare;
-use rustral_frontend::nn::Module;
-use rustral_frontend::{DType, Dim, TraceOptions, Traced, trace_named};
+use rustral_frontend::{TraceOptions, Traced, trace_named};
 use rustral_models::{Bert, BertConfig, Gpt2, Gpt2Config};
 use rustral_passes::OptLevel;
 use rustral_runtime::HostTensor;
@@ -18,13 +17,7 @@ fn main() {
     let threads = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(1);
     let (traced, sizes) = match which {
         "train_step" => {
-            let block = Gpt2Config::small(1).block().expect("GPT-2 small's activation is known");
-            let t = trace_named(TraceOptions::default(), |ctx| {
-                let x = ctx.input("x", &[Dim::fixed(8), Dim::fixed(128), Dim::fixed(768)], DType::F32)?;
-                let y = ctx.scope("h.0", |ctx| block.forward(ctx, &x))?;
-                Ok(vec![("loss".into(), y.square()?.mean(&[0, 1, 2], false)?)])
-            })
-            .expect("traces");
+            let t = rustral_bench::gpt2_block_loss();
             let names: Vec<String> = t.params.iter().map(|p| p.name.clone()).collect();
             let options = rustral::CompileOptions::default();
             let graph = rustral::train::training_graph(&t.graph, "loss", &names, &options).expect("differentiates");

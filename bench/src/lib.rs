@@ -27,6 +27,20 @@ pub fn gpt2_small_graph(layers: usize) -> Graph {
     traced.expect("GPT-2 small traces").graph
 }
 
+/// One GPT-2-small block (batch 8 x seq 128, width 768) with the loss `mean(y^2)`, traced for
+/// training: the workload of the `train_step` bench and of `profile -- train_step`.
+pub fn gpt2_block_loss() -> Traced {
+    use rustral_frontend::nn::Module;
+    use rustral_frontend::{DType, Dim, trace_named};
+    let block = Gpt2Config::small(1).block().expect("GPT-2 small's activation is known");
+    trace_named(TraceOptions::default(), |ctx| {
+        let x = ctx.input("x", &[Dim::fixed(8), Dim::fixed(128), Dim::fixed(768)], DType::F32)?;
+        let y = ctx.scope("h.0", |ctx| block.forward(ctx, &x))?;
+        Ok(vec![("loss".into(), y.square()?.mean(&[0, 1, 2], false)?)])
+    })
+    .expect("the block traces")
+}
+
 use rustral_frontend::{ParamStore, Traced};
 use rustral_lowering::lower;
 use rustral_passes::{OptLevel, PassManager};
