@@ -49,7 +49,7 @@ fn example_model_files_match_the_reference_on_every_target() {
     for file in ["mlp.rs", "layer_norm.rs", "gpt2_block.rs"] {
         for &target in &targets {
             for level in ["-O0", "-O2"] {
-                let path = format!("models/examples/{file}");
+                let path = format!("examples/models/{file}");
                 let out = stdout(cli().args([&path, "--target", target, level, "--check", "-q"]));
                 assert!(out.contains("check passed"), "{file} {target} {level}:\n{out}");
             }
@@ -68,10 +68,10 @@ fn built_in_models_match_the_reference() {
 /// The hand-written LayerNorm becomes one fused `layer_norm` at -O2 and stays primitive at -O0.
 #[test]
 fn opt_ir_shows_the_fused_layer_norm() {
-    let fused = stdout(cli().args(["models/examples/layer_norm.rs", "--emit", "opt-ir", "-q"]));
+    let fused = stdout(cli().args(["examples/models/layer_norm.rs", "--emit", "opt-ir", "-q"]));
     assert!(fused.contains("= layer_norm %0, %1, %2 {eps=1e-5}"), "{fused}");
     assert!(!fused.contains("reduce_mean"), "{fused}");
-    let plain = stdout(cli().args(["models/examples/layer_norm.rs", "--emit", "opt-ir", "-O0", "-q"]));
+    let plain = stdout(cli().args(["examples/models/layer_norm.rs", "--emit", "opt-ir", "-O0", "-q"]));
     assert!(plain.contains("reduce_mean") && !plain.contains("layer_norm"), "{plain}");
 }
 
@@ -105,7 +105,7 @@ fn out_dir_holds_every_emit_and_the_run_timings() {
     assert!(std::fs::read_to_string(dir.path().join("model.dot")).unwrap().starts_with("digraph"));
 
     // On the Candle target, stats.json says which ops used candle's own kernels.
-    stdout(cli().args(["models/examples/layer_norm.rs", "--target", "candle-cpu", "--emit", "stats", "-o", d, "-q"]));
+    stdout(cli().args(["examples/models/layer_norm.rs", "--target", "candle-cpu", "--emit", "stats", "-o", d, "-q"]));
     let stats: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
     assert_eq!(stats["candle"]["native"]["layer_norm"], 1, "{stats}");
@@ -116,15 +116,15 @@ fn out_dir_holds_every_emit_and_the_run_timings() {
 /// is a user error.
 #[test]
 fn grad_differentiates_the_first_output_and_checks_against_finite_differences() {
-    let out = stdout(cli().args(["models/examples/mlp_loss.rs", "--grad", "--check", "--shape", "batch=6", "-q"]));
+    let out = stdout(cli().args(["examples/models/mlp_loss.rs", "--grad", "--check", "--shape", "batch=6", "-q"]));
     for p in ["fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"] {
         assert!(out.contains(&format!("gradcheck grad.{p}: ")), "{out}");
     }
     assert!(!out.contains("BEYOND") && out.contains("check passed"), "{out}");
-    let ir = stdout(cli().args(["models/examples/mlp_loss.rs", "--grad", "--emit", "opt-ir", "-q"]));
+    let ir = stdout(cli().args(["examples/models/mlp_loss.rs", "--grad", "--emit", "opt-ir", "-q"]));
     assert!(ir.contains("output \"grad.fc1.weight\""), "{ir}");
     assert!(ir.contains("fused_elementwise") && ir.contains("matmul_epilogue"), "{ir}");
-    user_error(cli().args(["models/examples/mlp.rs", "--grad"]), &["must be a float scalar"]);
+    user_error(cli().args(["examples/models/mlp.rs", "--grad"]), &["must be a float scalar"]);
 }
 
 /// `--target wgsl -o DIR`: the program folder (program.json, one shader per kernel, the
@@ -136,7 +136,7 @@ fn the_wgsl_target_writes_a_program_folder() {
     }
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    stdout(cli().args(["models/examples/gpt2_block.rs", "--target", "wgsl", "-o", d, "-q"]));
+    stdout(cli().args(["examples/models/gpt2_block.rs", "--target", "wgsl", "-o", d, "-q"]));
     let wgsl = dir.path().join("wgsl");
     let program: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(wgsl.join("program.json")).unwrap()).unwrap();
@@ -147,7 +147,7 @@ fn the_wgsl_target_writes_a_program_folder() {
         assert!(shader.contains("@compute"), "{shader}");
     }
     assert!(wgsl.join("params.safetensors").is_file());
-    stdout(cli().args(["models/examples/gpt2_block.rs", "--target", "wgsl", "--emit", "stats", "-o", d, "-q"]));
+    stdout(cli().args(["examples/models/gpt2_block.rs", "--target", "wgsl", "--emit", "stats", "-o", d, "-q"]));
     let stats: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
     assert_eq!(stats["wgsl"]["dispatches"], stats["dispatches"], "{stats}");
@@ -159,17 +159,17 @@ fn the_wgsl_target_writes_a_program_folder() {
 fn npy_inputs_and_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    stdout(cli().args(["models/examples/layer_norm.rs", "--shape", "batch=3", "--save-outputs", d, "-q"]));
+    stdout(cli().args(["examples/models/layer_norm.rs", "--shape", "batch=3", "--save-outputs", d, "-q"]));
     let saved = dir.path().join("out0.npy");
     let feed = format!("x={}", saved.display());
-    let out = stdout(cli().args(["models/examples/layer_norm.rs", "--input", &feed, "--check", "-q"]));
+    let out = stdout(cli().args(["examples/models/layer_norm.rs", "--input", &feed, "--check", "-q"]));
     assert!(out.contains("dims: batch=3, seq=2"), "the input's shape binds the dims:\n{out}");
     assert!(out.contains("check passed"), "{out}");
 }
 
 #[test]
 fn check_beyond_tolerance_exits_3() {
-    let out = cli().args(["models/examples/gpt2_block.rs", "--check", "--tolerance", "0", "-q"]).output().unwrap();
+    let out = cli().args(["examples/models/gpt2_block.rs", "--check", "--tolerance", "0", "-q"]).output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stderr).contains("beyond tolerance"));
 }

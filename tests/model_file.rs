@@ -2,7 +2,7 @@
 //! traces, verifies and evaluates; its numbers are checked against the same formula computed
 //! directly in the test.
 
-#[path = "../models/examples/mlp.rs"]
+#[path = "../examples/models/mlp.rs"]
 mod mlp;
 
 use rustral::frontend::trace_model;

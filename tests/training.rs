@@ -2,7 +2,7 @@
 //! shape, checkpoints that resume to the same trajectory bit for bit on the CPU target, and the
 //! examples' models learning (XOR to 100%, the digits to at least 97% test accuracy).
 
-#[path = "../models/examples/training/mod.rs"]
+#[path = "../examples/training/mod.rs"]
 mod training;
 
 mod common;

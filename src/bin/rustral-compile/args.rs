@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 const EXAMPLES: &str = "\
 Examples:
-  rustral-compile models/examples/layer_norm.rs --emit opt-ir
+  rustral-compile examples/models/layer_norm.rs --emit opt-ir
       trace a Rust model file, optimise it, print the fused IR
-  rustral-compile models/examples/gpt2_block.rs --run --check
+  rustral-compile examples/models/gpt2_block.rs --run --check
       compile for the CPU, run on seeded inputs, compare with the reference interpreter
   rustral-compile examples/ir/gelu_mlp.rir -O0 --emit dot -o out/
       write the unoptimised graph as Graphviz (and SVG when `dot` is installed)

@@ -1,6 +1,6 @@
 // A model file: LayerNorm written by hand from primitives (mean, variance, rsqrt, scale and
 // shift). At -O2 the passes recognise it and fuse it into one `layer_norm` kernel:
-// `rustral-compile models/examples/layer_norm.rs --emit opt-ir`.
+// `rustral-compile examples/models/layer_norm.rs --emit opt-ir`.
 use rustral::prelude::*;
 
 pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {

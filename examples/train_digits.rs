@@ -1,7 +1,7 @@
 //! Train a 64-128-10 MLP (tanh) on the UCI digits (`../shared/fixtures/digits`, its fixed 80/20
 //! split; pixels scaled by 1/16) with AdamW and a warmup + cosine schedule, on the CPU target.
 //!
-//! `cargo run --release -p rustral-models --example train_digits [-- DIGITS_DIR]` shows a
+//! `cargo run --release --example train_digits [-- DIGITS_DIR]` shows a
 //! progress bar, the test accuracy after each epoch, and a last line `test_accuracy 0.9xx`; the
 //! run manifest (schemas/run-manifest.schema.json) goes to `target/runs/train_digits.json`.
 

@@ -1,6 +1,6 @@
 //! Learn XOR with a 2-8-2 MLP (tanh), trained by Adam on the CPU target through the grad pass.
 //!
-//! `cargo run --release -p rustral-models --example xor` prints the loss as it trains, then the
+//! `cargo run --release --example xor` prints the loss as it trains, then the
 //! four predictions and a last line `accuracy 1.00`.
 
 #[path = "training/mod.rs"]

@@ -1,7 +1,7 @@
 //! A model file with a scalar loss, for `rustral-compile --grad`: a two-layer MLP (GELU) and
 //! its mean cross-entropy against integer labels.
 //!
-//! `rustral-compile models/examples/mlp_loss.rs --grad --check`
+//! `rustral-compile examples/models/mlp_loss.rs --grad --check`
 
 use rustral::frontend::nn::{Linear, Module, cross_entropy, gelu};
 use rustral::prelude::*;

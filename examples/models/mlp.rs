@@ -1,5 +1,5 @@
 // A model file (the frontend's contract, exactly as a user writes it): a one-layer
-// perceptron, tanh, then each row centred and doubled. `rustral-compile models/examples/mlp.rs`.
+// perceptron, tanh, then each row centred and doubled. `rustral-compile examples/models/mlp.rs`.
 use rustral::prelude::*;
 
 pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {

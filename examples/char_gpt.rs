@@ -2,7 +2,7 @@
 //! CPU target: a progress bar with the loss against the unigram baseline, then the final loss
 //! and a 200-character sample.
 //!
-//! `cargo run --release -p rustral-models --example char_gpt [-- TEXT_FILE [STEPS]]` (the text
+//! `cargo run --release --example char_gpt [-- TEXT_FILE [STEPS]]` (the text
 //! defaults to `../shared/DESIGN.md`, which does not change with the code, so the figure the
 //! README quotes can be reproduced; the steps to 600).
 

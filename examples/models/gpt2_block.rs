@@ -1,6 +1,6 @@
 // A model file: one GPT-2-small block (pre-LayerNorm, causal self-attention, GELU MLP,
 // residuals) from Rustral's GPT-2 config:
-// `rustral-compile models/examples/gpt2_block.rs --shape batch=2 --shape seq=32 --run --check`.
+// `rustral-compile examples/models/gpt2_block.rs --shape batch=2 --shape seq=32 --run --check`.
 use rustral::models::Gpt2Config;
 use rustral::prelude::*;
 
