@@ -10,18 +10,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// The passes an ablation switches off one at a time: every fusion pass.
-pub const FUSION_PASSES: [&str; 9] = [
-    "fuse-layer-norm",
-    "fuse-rms-norm",
-    "fuse-softmax",
-    "fuse-cross-entropy",
-    "fuse-attention",
-    "fuse-gelu",
-    "fuse-silu",
-    "fuse-matmul-epilogue",
-    "fuse-elementwise",
-];
+/// The passes an ablation switches off one at a time: every fusion pass, as the passes'
+/// family table lists them.
+pub fn fusion_passes() -> Vec<&'static str> {
+    rustral_passes::fuse::fusion_passes().into_iter().map(|(pass, _)| pass).collect()
+}
 
 /// One pipeline of the matrix.
 pub struct PassSet {
@@ -39,7 +32,7 @@ pub fn pass_sets() -> Vec<PassSet> {
         PassSet { label: "O0".into(), level: OptLevel::O0, disabled: vec![] },
         PassSet { label: "O2".into(), level: OptLevel::O2, disabled: vec![] },
     ];
-    for p in FUSION_PASSES {
+    for p in fusion_passes() {
         sets.push(PassSet { label: format!("O2-{p}"), level: OptLevel::O2, disabled: vec![p] });
     }
     sets

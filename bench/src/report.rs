@@ -88,7 +88,7 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
         if let Some(v) = o0 {
             bars.push(("all fusion (O0 -> O2)".into(), v / o2));
         }
-        for p in crate::ablate::FUSION_PASSES {
+        for p in crate::ablate::fusion_passes() {
             match median(runs, &format!("O2-{p}")) {
                 Some(v) => {
                     let same = same_program(runs[&format!("O2-{p}")], runs["O2"]);
@@ -128,22 +128,16 @@ fn same_program(a: &Manifest, b: &Manifest) -> bool {
 }
 
 fn short_names() -> Vec<String> {
-    crate::ablate::FUSION_PASSES.iter().map(|p| format!("-{}", p.trim_start_matches("fuse-"))).collect()
+    crate::ablate::fusion_passes().iter().map(|p| format!("-{}", p.trim_start_matches("fuse-"))).collect()
 }
 
 /// The op kind each fusion pass produces, as kernels name it.
 fn produced_by(pass: &str) -> &'static str {
-    match pass {
-        "fuse-layer-norm" => "layer_norm",
-        "fuse-rms-norm" => "rms_norm",
-        "fuse-softmax" => "softmax",
-        "fuse-cross-entropy" => "cross_entropy",
-        "fuse-attention" => "attention",
-        "fuse-gelu" => "gelu",
-        "fuse-silu" => "silu",
-        "fuse-matmul-epilogue" => "matmul_epilogue",
-        _ => "fused_elementwise",
-    }
+    rustral_passes::fuse::fusion_passes()
+        .into_iter()
+        .find(|(p, _)| *p == pass)
+        .and_then(|(_, fuses)| fuses.first().copied())
+        .unwrap_or("?")
 }
 
 /// Operator-to-task transfer: an op's fusion speedup measured alone against the same fusion's

@@ -1,8 +1,10 @@
-//! Type inference: the one place that knows each op's typing rule. The graph builder uses it
-//! to type new nodes and the verifier to check declared types against it.
+//! Type inference: the typing rules, one function per rule. Which rule types which op is
+//! part of the op's declaration (`Op::type_rule` in `op.rs`); the graph builder uses
+//! [`infer`] to type new nodes and the verifier to check declared types against it.
 
 use crate::dtype::DType;
-use crate::op::{Activation, ElementwiseExpr, ExprNode, Literal, Op, ReduceOp, UnaryOp};
+use crate::float::F64;
+use crate::op::{Activation, BinaryOp, ElementwiseExpr, ExprNode, Literal, Op, ReduceOp, UnaryOp};
 use crate::shape::{Dim, Shape, TensorType, broadcast_shapes, broadcasts_to, is_identifier};
 
 /// Why an op cannot be typed; the caller adds the node and its provenance.
@@ -15,177 +17,197 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
     if args.len() < lo || args.len() > hi {
         return Err(arity_reason(op, lo, hi, args.len()));
     }
-    match op {
-        Op::Input { name } | Op::Param { name } => {
-            if name.is_empty() {
-                return Err("name must not be empty".into());
-            }
-            check_shape_symbols(&declared.shape)?;
-            Ok(declared.clone())
+    op.type_rule(args, declared)
+}
+
+/// `input` and `param`: a non-empty name, the declared type.
+pub(crate) fn named_source(name: &str, declared: &TensorType) -> Result<TensorType, Reason> {
+    if name.is_empty() {
+        return Err("name must not be empty".into());
+    }
+    check_shape_symbols(&declared.shape)?;
+    Ok(declared.clone())
+}
+
+/// `iota`: the declared (numeric) type, the axis inside it.
+pub(crate) fn iota(axis: usize, declared: &TensorType) -> Result<TensorType, Reason> {
+    check_axis(axis, declared.rank())?;
+    check_shape_symbols(&declared.shape)?;
+    if declared.dtype == DType::Bool {
+        return Err("iota cannot produce bool".into());
+    }
+    Ok(declared.clone())
+}
+
+/// `random_uniform`: a float declared type, an optional integer scalar step.
+pub(crate) fn random_uniform(step: Option<&TensorType>, declared: &TensorType) -> Result<TensorType, Reason> {
+    if let Some(step) = step
+        && !(step.dtype.is_int() && step.rank() == 0)
+    {
+        return Err(format!("the step must be an integer scalar, found {step}"));
+    }
+    check_shape_symbols(&declared.shape)?;
+    float(declared.dtype, "random_uniform")?;
+    Ok(declared.clone())
+}
+
+/// Unary ops keep their operand's type; most need floats.
+pub(crate) fn unary(u: UnaryOp, x: &TensorType) -> Result<TensorType, Reason> {
+    check_unary_dtype(u, x.dtype)?;
+    Ok(x.clone())
+}
+
+/// Binary ops broadcast operands of one dtype; comparisons give bool.
+pub(crate) fn binary(b: BinaryOp, x: &TensorType, y: &TensorType) -> Result<TensorType, Reason> {
+    same_dtype(x, y)?;
+    if b.is_comparison() {
+        if x.dtype == DType::Bool && !matches!(b, BinaryOp::Eq | BinaryOp::Ne) {
+            return Err(format!("`{}` needs numbers, found bool", b.name()));
         }
-        Op::Constant { value } => infer_constant(value, declared),
-        Op::Iota { axis } => {
-            check_axis(*axis, declared.rank())?;
-            check_shape_symbols(&declared.shape)?;
-            if declared.dtype == DType::Bool {
-                return Err("iota cannot produce bool".into());
-            }
-            Ok(declared.clone())
-        }
-        Op::RandomUniform { .. } => {
-            if let Some(step) = args.first()
-                && !(step.dtype.is_int() && step.rank() == 0)
-            {
-                return Err(format!("the step must be an integer scalar, found {step}"));
-            }
-            check_shape_symbols(&declared.shape)?;
-            float(declared.dtype, "random_uniform")?;
-            Ok(declared.clone())
-        }
-        Op::Unary(u) => {
-            let x = args[0];
-            check_unary_dtype(*u, x.dtype)?;
-            Ok(x.clone())
-        }
-        Op::Binary(b) => {
-            let (x, y) = (args[0], args[1]);
-            same_dtype(x, y)?;
-            if b.is_comparison() {
-                if x.dtype == DType::Bool && !matches!(b, crate::op::BinaryOp::Eq | crate::op::BinaryOp::Ne) {
-                    return Err(format!("`{}` needs numbers, found bool", b.name()));
-                }
-            } else {
-                numeric(x.dtype, b.name())?;
-                if *b == crate::op::BinaryOp::Pow && !x.dtype.is_float() {
-                    return Err(format!("`pow` needs floats, found {}", x.dtype));
-                }
-            }
-            let shape = broadcast(&x.shape, &y.shape)?;
-            let dtype = if b.is_comparison() { DType::Bool } else { x.dtype };
-            Ok(TensorType { dtype, shape })
-        }
-        Op::Where => {
-            let (c, a, b) = (args[0], args[1], args[2]);
-            if c.dtype != DType::Bool {
-                return Err(format!("condition must be bool, found {}", c.dtype));
-            }
-            same_dtype(a, b)?;
-            let shape = broadcast(&broadcast(&c.shape, &a.shape)?, &b.shape)?;
-            Ok(TensorType { dtype: a.dtype, shape })
-        }
-        Op::Cast { to } => Ok(TensorType { dtype: *to, shape: args[0].shape.clone() }),
-        Op::Reduce { op: r, axes, keepdim } => infer_reduce(*r, axes, *keepdim, args[0]),
-        Op::MatMul => infer_matmul(args[0], args[1]),
-        Op::Reshape { shape } => {
-            check_shape_symbols(shape)?;
-            let (from, to) = (args[0].shape.numel(), shape.numel());
-            if from.is_none() || to.is_none() || from != to {
-                return Err(format!("cannot reshape {} to {}: element counts differ", args[0].shape, shape));
-            }
-            Ok(TensorType { dtype: args[0].dtype, shape: shape.clone() })
-        }
-        Op::Permute { perm } => {
-            let x = args[0];
-            let mut seen = vec![false; x.rank()];
-            if perm.len() != x.rank() || perm.iter().any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true)) {
-                return Err(format!("{perm:?} is not a permutation of the {} axes of {}", x.rank(), x.shape));
-            }
-            let shape = Shape(perm.iter().map(|&p| x.shape.0[p].clone()).collect());
-            Ok(TensorType { dtype: x.dtype, shape })
-        }
-        Op::BroadcastTo { shape } => {
-            check_shape_symbols(shape)?;
-            if !broadcasts_to(&args[0].shape, shape) {
-                return Err(format!("cannot broadcast {} to {}", args[0].shape, shape));
-            }
-            Ok(TensorType { dtype: args[0].dtype, shape: shape.clone() })
-        }
-        Op::Slice { axis, start, end } => infer_slice(args[0], *axis, *start, end),
-        Op::Concat { axis } => infer_concat(args, *axis),
-        Op::Gather { axis } => {
-            let (table, idx) = (args[0], args[1]);
-            check_axis(*axis, table.rank())?;
-            if !idx.dtype.is_int() {
-                return Err(format!("indices must be i32 or i64, found {}", idx.dtype));
-            }
-            let mut dims = table.shape.0[..*axis].to_vec();
-            dims.extend(idx.shape.0.iter().cloned());
-            dims.extend(table.shape.0[axis + 1..].iter().cloned());
-            Ok(TensorType { dtype: table.dtype, shape: Shape(dims) })
-        }
-        Op::LayerNorm { eps } | Op::RmsNorm { eps } => {
-            if !(eps.0.is_finite() && eps.0 >= 0.0) {
-                return Err(format!("eps must be finite and >= 0, found {eps}"));
-            }
-            if matches!(op, Op::LayerNorm { .. }) && args.len() == 2 {
-                return Err("layer_norm takes x, or x, gamma and beta".into());
-            }
-            let x = args[0];
-            float(x.dtype, op.name())?;
-            let Some(last) = x.shape.0.last() else {
-                return Err("cannot normalise a scalar".into());
-            };
-            for p in &args[1..] {
-                same_dtype(x, p)?;
-                if p.shape.0 != [last.clone()] {
-                    return Err(format!("scale/shift must have shape [{last}], found {}", p.shape));
-                }
-            }
-            Ok(x.clone())
-        }
-        Op::Softmax { axis } => {
-            check_axis(*axis, args[0].rank())?;
-            float(args[0].dtype, "softmax")?;
-            Ok(args[0].clone())
-        }
-        Op::Gelu { .. } | Op::Silu => {
-            float(args[0].dtype, op.name())?;
-            Ok(args[0].clone())
-        }
-        Op::Attention { scale, .. } => infer_attention(args, *scale),
-        Op::MatMulEpilogue { activation } => {
-            let out = infer_matmul(args[0], args[1])?;
-            if *activation != Activation::None {
-                float(out.dtype, activation.name())?;
-            }
-            if let Some(bias) = args.get(2) {
-                same_dtype(&out, bias)?;
-                if !broadcasts_to(&bias.shape, &out.shape) {
-                    return Err(format!("bias {} does not broadcast to {}", bias.shape, out.shape));
-                }
-            }
-            Ok(out)
-        }
-        Op::CrossEntropy => {
-            let (logits, targets) = (args[0], args[1]);
-            float(logits.dtype, "cross_entropy")?;
-            if !targets.dtype.is_int() {
-                return Err(format!("targets must be i32 or i64, found {}", targets.dtype));
-            }
-            let Some((_, rows)) = logits.shape.0.split_last() else {
-                return Err("cannot take the cross-entropy of a scalar".into());
-            };
-            let mut column = rows.to_vec();
-            column.push(Dim::Static(1));
-            if targets.shape.0 != column {
-                return Err(format!(
-                    "targets must have shape {} (one class per row of logits {}), found {}",
-                    Shape(column),
-                    logits.shape,
-                    targets.shape
-                ));
-            }
-            Ok(TensorType { dtype: logits.dtype, shape: Shape(rows.to_vec()) })
-        }
-        Op::FusedElementwise { body } => {
-            let dtype = infer_body(body, args)?;
-            let mut shape = Shape::scalar();
-            for a in args {
-                shape = broadcast(&shape, &a.shape)?;
-            }
-            Ok(TensorType { dtype, shape })
+    } else {
+        numeric(x.dtype, b.name())?;
+        if b == BinaryOp::Pow && !x.dtype.is_float() {
+            return Err(format!("`pow` needs floats, found {}", x.dtype));
         }
     }
+    let shape = broadcast(&x.shape, &y.shape)?;
+    let dtype = if b.is_comparison() { DType::Bool } else { x.dtype };
+    Ok(TensorType { dtype, shape })
+}
+
+/// `where(c, a, b)`: a bool condition, `a` and `b` of one dtype, all three broadcast.
+pub(crate) fn select(c: &TensorType, a: &TensorType, b: &TensorType) -> Result<TensorType, Reason> {
+    if c.dtype != DType::Bool {
+        return Err(format!("condition must be bool, found {}", c.dtype));
+    }
+    same_dtype(a, b)?;
+    let shape = broadcast(&broadcast(&c.shape, &a.shape)?, &b.shape)?;
+    Ok(TensorType { dtype: a.dtype, shape })
+}
+
+/// `reshape`: the same element count.
+pub(crate) fn reshape(x: &TensorType, shape: &Shape) -> Result<TensorType, Reason> {
+    check_shape_symbols(shape)?;
+    let (from, to) = (x.shape.numel(), shape.numel());
+    if from.is_none() || to.is_none() || from != to {
+        return Err(format!("cannot reshape {} to {}: element counts differ", x.shape, shape));
+    }
+    Ok(TensorType { dtype: x.dtype, shape: shape.clone() })
+}
+
+/// `permute`: a permutation of the operand's axes.
+pub(crate) fn permute(x: &TensorType, perm: &[usize]) -> Result<TensorType, Reason> {
+    let mut seen = vec![false; x.rank()];
+    if perm.len() != x.rank() || perm.iter().any(|&p| p >= x.rank() || std::mem::replace(&mut seen[p], true)) {
+        return Err(format!("{perm:?} is not a permutation of the {} axes of {}", x.rank(), x.shape));
+    }
+    let shape = Shape(perm.iter().map(|&p| x.shape.0[p].clone()).collect());
+    Ok(TensorType { dtype: x.dtype, shape })
+}
+
+/// `broadcast_to`: numpy's rules.
+pub(crate) fn broadcast_to(x: &TensorType, shape: &Shape) -> Result<TensorType, Reason> {
+    check_shape_symbols(shape)?;
+    if !broadcasts_to(&x.shape, shape) {
+        return Err(format!("cannot broadcast {} to {}", x.shape, shape));
+    }
+    Ok(TensorType { dtype: x.dtype, shape: shape.clone() })
+}
+
+/// `gather`: integer indices replace the indexed axis of the table.
+pub(crate) fn gather(table: &TensorType, idx: &TensorType, axis: usize) -> Result<TensorType, Reason> {
+    check_axis(axis, table.rank())?;
+    if !idx.dtype.is_int() {
+        return Err(format!("indices must be i32 or i64, found {}", idx.dtype));
+    }
+    let mut dims = table.shape.0[..axis].to_vec();
+    dims.extend(idx.shape.0.iter().cloned());
+    dims.extend(table.shape.0[axis + 1..].iter().cloned());
+    Ok(TensorType { dtype: table.dtype, shape: Shape(dims) })
+}
+
+/// Norms over the last axis (`name` for messages): a float `x` and per-channel vectors of
+/// shape `[last]`, with one of the operand counts in `counts`.
+pub(crate) fn norm(name: &str, eps: F64, counts: &[usize], args: &[&TensorType]) -> Result<TensorType, Reason> {
+    if !(eps.0.is_finite() && eps.0 >= 0.0) {
+        return Err(format!("eps must be finite and >= 0, found {eps}"));
+    }
+    if !counts.contains(&args.len()) {
+        let operands = if counts == [1, 3] { "x, or x, gamma and beta" } else { "x, or x and gamma" };
+        return Err(format!("{name} takes {operands}"));
+    }
+    let x = args[0];
+    float(x.dtype, name)?;
+    let Some(last) = x.shape.0.last() else {
+        return Err("cannot normalise a scalar".into());
+    };
+    for p in &args[1..] {
+        same_dtype(x, p)?;
+        if p.shape.0 != [last.clone()] {
+            return Err(format!("scale/shift must have shape [{last}], found {}", p.shape));
+        }
+    }
+    Ok(x.clone())
+}
+
+/// `softmax`: a float operand, an axis of it.
+pub(crate) fn softmax(axis: usize, x: &TensorType) -> Result<TensorType, Reason> {
+    check_axis(axis, x.rank())?;
+    float(x.dtype, "softmax")?;
+    Ok(x.clone())
+}
+
+/// Fused activations (`gelu`, `silu`): a float operand, its type.
+pub(crate) fn float_map(name: &str, x: &TensorType) -> Result<TensorType, Reason> {
+    float(x.dtype, name)?;
+    Ok(x.clone())
+}
+
+/// `matmul_epilogue`: a matmul, a bias that broadcasts to its output, a float activation.
+pub(crate) fn matmul_epilogue(activation: Activation, args: &[&TensorType]) -> Result<TensorType, Reason> {
+    let out = matmul(args[0], args[1])?;
+    if activation != Activation::None {
+        float(out.dtype, activation.name())?;
+    }
+    if let Some(bias) = args.get(2) {
+        same_dtype(&out, bias)?;
+        if !broadcasts_to(&bias.shape, &out.shape) {
+            return Err(format!("bias {} does not broadcast to {}", bias.shape, out.shape));
+        }
+    }
+    Ok(out)
+}
+
+/// `cross_entropy`: float logits `[..., c]`, integer targets `[..., 1]`, result `[...]`.
+pub(crate) fn cross_entropy(logits: &TensorType, targets: &TensorType) -> Result<TensorType, Reason> {
+    float(logits.dtype, "cross_entropy")?;
+    if !targets.dtype.is_int() {
+        return Err(format!("targets must be i32 or i64, found {}", targets.dtype));
+    }
+    let Some((_, rows)) = logits.shape.0.split_last() else {
+        return Err("cannot take the cross-entropy of a scalar".into());
+    };
+    let mut column = rows.to_vec();
+    column.push(Dim::Static(1));
+    if targets.shape.0 != column {
+        return Err(format!(
+            "targets must have shape {} (one class per row of logits {}), found {}",
+            Shape(column),
+            logits.shape,
+            targets.shape
+        ));
+    }
+    Ok(TensorType { dtype: logits.dtype, shape: Shape(rows.to_vec()) })
+}
+
+/// `fused_elementwise`: the body's dtype over the operands' broadcast shape.
+pub(crate) fn fused(body: &ElementwiseExpr, args: &[&TensorType]) -> Result<TensorType, Reason> {
+    let dtype = infer_body(body, args)?;
+    let mut shape = Shape::scalar();
+    for a in args {
+        shape = broadcast(&shape, &a.shape)?;
+    }
+    Ok(TensorType { dtype, shape })
 }
 
 fn arity_reason(op: &Op, lo: usize, hi: usize, n: usize) -> Reason {
@@ -197,7 +219,7 @@ fn arity_reason(op: &Op, lo: usize, hi: usize, n: usize) -> Reason {
     format!("`{}` takes {want} operand(s), found {n}", op.name())
 }
 
-fn infer_constant(value: &Literal, declared: &TensorType) -> Result<TensorType, Reason> {
+pub(crate) fn constant(value: &Literal, declared: &TensorType) -> Result<TensorType, Reason> {
     check_shape_symbols(&declared.shape)?;
     if let Literal::Dense(data) = value {
         let Some(n) = declared.shape.static_numel() else {
@@ -254,7 +276,7 @@ fn check_unary_dtype(u: UnaryOp, d: DType) -> Result<(), Reason> {
     if u.allows_int() { numeric(d, u.name()) } else { float(d, u.name()) }
 }
 
-fn infer_reduce(r: ReduceOp, axes: &[usize], keepdim: bool, x: &TensorType) -> Result<TensorType, Reason> {
+pub(crate) fn reduce(r: ReduceOp, axes: &[usize], keepdim: bool, x: &TensorType) -> Result<TensorType, Reason> {
     if axes.is_empty() || axes.windows(2).any(|w| w[0] >= w[1]) {
         return Err(format!("axes must be non-empty and strictly increasing, found {axes:?}"));
     }
@@ -273,7 +295,7 @@ fn infer_reduce(r: ReduceOp, axes: &[usize], keepdim: bool, x: &TensorType) -> R
     Ok(TensorType { dtype: x.dtype, shape: Shape(dims.collect()) })
 }
 
-fn infer_matmul(a: &TensorType, b: &TensorType) -> Result<TensorType, Reason> {
+pub(crate) fn matmul(a: &TensorType, b: &TensorType) -> Result<TensorType, Reason> {
     if a.rank() < 2 || b.rank() < 2 {
         return Err(format!("matmul needs rank >= 2, found {} and {}", a.shape, b.shape));
     }
@@ -291,7 +313,7 @@ fn infer_matmul(a: &TensorType, b: &TensorType) -> Result<TensorType, Reason> {
     Ok(TensorType { dtype: a.dtype, shape: Shape(dims) })
 }
 
-fn infer_slice(x: &TensorType, axis: usize, start: usize, end: &Dim) -> Result<TensorType, Reason> {
+pub(crate) fn slice(x: &TensorType, axis: usize, start: usize, end: &Dim) -> Result<TensorType, Reason> {
     check_axis(axis, x.rank())?;
     let dim = &x.shape.0[axis];
     let out = match (end, dim) {
@@ -311,7 +333,7 @@ fn infer_slice(x: &TensorType, axis: usize, start: usize, end: &Dim) -> Result<T
     Ok(TensorType { dtype: x.dtype, shape })
 }
 
-fn infer_concat(args: &[&TensorType], axis: usize) -> Result<TensorType, Reason> {
+pub(crate) fn concat(args: &[&TensorType], axis: usize) -> Result<TensorType, Reason> {
     let first = args[0];
     check_axis(axis, first.rank())?;
     if args.len() == 1 {
@@ -335,7 +357,7 @@ fn infer_concat(args: &[&TensorType], axis: usize) -> Result<TensorType, Reason>
     Ok(TensorType { dtype: first.dtype, shape })
 }
 
-fn infer_attention(args: &[&TensorType], scale: crate::float::F64) -> Result<TensorType, Reason> {
+pub(crate) fn attention(args: &[&TensorType], scale: F64) -> Result<TensorType, Reason> {
     if !scale.0.is_finite() {
         return Err(format!("scale must be finite, found {scale}"));
     }
@@ -395,7 +417,7 @@ fn infer_body(body: &ElementwiseExpr, args: &[&TensorType]) -> Result<DType, Rea
             ExprNode::Binary(b, x, y) => {
                 let (dx, dy) = (get(*x)?, get(*y)?);
                 let (tx, ty) = (TensorType::new(dx, Shape::scalar()), TensorType::new(dy, Shape::scalar()));
-                infer(&Op::Binary(*b), &[&tx, &ty], &tx).map_err(|r| format!("body node t{i}: {r}"))?.dtype
+                binary(*b, &tx, &ty).map_err(|r| format!("body node t{i}: {r}"))?.dtype
             }
             ExprNode::Where(c, x, y) => {
                 let (dc, dx, dy) = (get(*c)?, get(*x)?, get(*y)?);

@@ -32,7 +32,10 @@ pub use error::{IrError, ParseError, TypeError, VerifyError, VerifyErrors};
 pub use float::F64;
 pub use graph::{Graph, Node, NodeId, Output};
 pub use infer::infer;
-pub use op::{Activation, BinaryOp, ElementwiseExpr, ExprNode, GeluApprox, Literal, Op, ReduceOp, UnaryOp};
+pub use op::{
+    Activation, AttrVisitor, AttrWriter, BinaryOp, Choice, ElementwiseExpr, ExprNode, GeluApprox,
+    INTEGER_DIVISION_BY_ZERO, KernelFamily, Literal, Op, OpClass, OpDecl, Real, ReduceOp, UnaryOp,
+};
 pub use parse::parse;
 pub use serial::{FORMAT_VERSION, GraphRepr, NodeRepr, OutputRepr, from_binary, from_json, to_binary, to_json};
 pub use shape::{Dim, Shape, SymProduct, TensorType, broadcast_shapes, broadcasts_to, is_identifier};

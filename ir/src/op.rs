@@ -9,246 +9,26 @@
 //! - Integer arithmetic wraps; integer division truncates toward zero.
 //! - "Source" ops (`input`, `param`, `const`, `iota`) take their type from the node's declared
 //!   type; every other op's type is inferred from its operands and checked by the verifier.
+//!
+//! Below the enum sit the op's declaration tables, one row per op, each an exhaustive match so
+//! that a new variant does not compile until it has a row: [`Op::decl`] (text name, operand
+//! counts, class, kernel family), [`Op::visit_attrs`] (its attributes and their spelling, from
+//! which the text form, its parser and the fusion pass's e-graph symbols are all derived),
+//! [`Op::type_rule`] (which typing rule of `infer.rs` applies) and [`Op::kinds`] (one value of
+//! every kind, which the parser looks names up in). `docs/adding-an-op.md` walks through them.
+
+mod attr;
+mod elementwise;
+mod scalar;
 
 use crate::dtype::DType;
 use crate::float::F64;
-use crate::shape::{Dim, Shape};
+use crate::infer::{self as rule, Reason};
+use crate::shape::{Dim, Shape, TensorType};
+pub use attr::{AttrVisitor, AttrWriter, Choice};
+pub use elementwise::{Activation, BinaryOp, GeluApprox, ReduceOp, UnaryOp};
+pub use scalar::{INTEGER_DIVISION_BY_ZERO, Real};
 use serde::{Deserialize, Serialize};
-
-/// Elementwise functions of one operand.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum UnaryOp {
-    /// `-x`.
-    Neg,
-    /// `|x|`.
-    Abs,
-    /// `e^x` (float only).
-    Exp,
-    /// Natural logarithm; `log(0) = -inf`, negative gives NaN (float only).
-    Log,
-    /// Square root; negative gives NaN (float only).
-    Sqrt,
-    /// `1 / sqrt(x)` (float only).
-    Rsqrt,
-    /// `1 / x` (float only).
-    Recip,
-    /// Hyperbolic tangent (float only).
-    Tanh,
-    /// `1 / (1 + e^-x)` (float only).
-    Sigmoid,
-    /// `max(x, 0)`.
-    Relu,
-    /// The Gauss error function `2/sqrt(pi) * integral_0^x e^(-t^2) dt` (float only).
-    Erf,
-    /// Sine of radians (float only).
-    Sin,
-    /// Cosine of radians (float only).
-    Cos,
-}
-
-impl UnaryOp {
-    /// Every unary op.
-    pub const ALL: [UnaryOp; 13] = [
-        UnaryOp::Neg,
-        UnaryOp::Abs,
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Sqrt,
-        UnaryOp::Rsqrt,
-        UnaryOp::Recip,
-        UnaryOp::Tanh,
-        UnaryOp::Sigmoid,
-        UnaryOp::Relu,
-        UnaryOp::Erf,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-    ];
-
-    /// Text name.
-    pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Recip => "recip",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Relu => "relu",
-            UnaryOp::Erf => "erf",
-            UnaryOp::Sin => "sin",
-            UnaryOp::Cos => "cos",
-        }
-    }
-
-    /// True when the op accepts integer operands (the rest are float-only).
-    pub fn allows_int(self) -> bool {
-        matches!(self, UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu)
-    }
-}
-
-/// Elementwise functions of two operands (broadcasting).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum BinaryOp {
-    /// `a + b`.
-    Add,
-    /// `a - b`.
-    Sub,
-    /// `a * b`.
-    Mul,
-    /// `a / b` (integers truncate toward zero; division by zero is an error in the reference).
-    Div,
-    /// `a ^ b` (float only).
-    Pow,
-    /// The larger of `a` and `b`; NaN if either is NaN.
-    Max,
-    /// The smaller of `a` and `b`; NaN if either is NaN.
-    Min,
-    /// `a == b`, giving bool.
-    Eq,
-    /// `a != b`, giving bool.
-    Ne,
-    /// `a < b`, giving bool.
-    Lt,
-    /// `a <= b`, giving bool.
-    Le,
-    /// `a > b`, giving bool.
-    Gt,
-    /// `a >= b`, giving bool.
-    Ge,
-}
-
-impl BinaryOp {
-    /// Every binary op.
-    pub const ALL: [BinaryOp; 13] = [
-        BinaryOp::Add,
-        BinaryOp::Sub,
-        BinaryOp::Mul,
-        BinaryOp::Div,
-        BinaryOp::Pow,
-        BinaryOp::Max,
-        BinaryOp::Min,
-        BinaryOp::Eq,
-        BinaryOp::Ne,
-        BinaryOp::Lt,
-        BinaryOp::Le,
-        BinaryOp::Gt,
-        BinaryOp::Ge,
-    ];
-
-    /// Text name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Max => "max",
-            BinaryOp::Min => "min",
-            BinaryOp::Eq => "eq",
-            BinaryOp::Ne => "ne",
-            BinaryOp::Lt => "lt",
-            BinaryOp::Le => "le",
-            BinaryOp::Gt => "gt",
-            BinaryOp::Ge => "ge",
-        }
-    }
-
-    /// True for the comparisons, whose result is bool.
-    pub fn is_comparison(self) -> bool {
-        matches!(self, BinaryOp::Eq | BinaryOp::Ne | BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge)
-    }
-}
-
-/// Reductions over a set of axes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReduceOp {
-    /// Sum of the elements.
-    Sum,
-    /// Arithmetic mean (float only).
-    Mean,
-    /// Largest element (NaN if any is NaN).
-    Max,
-    /// Smallest element (NaN if any is NaN).
-    Min,
-}
-
-impl ReduceOp {
-    /// Every reduction.
-    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min];
-
-    /// Text name (`reduce_sum`, ...), distinct from the binary `max`/`min`.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "reduce_sum",
-            ReduceOp::Mean => "reduce_mean",
-            ReduceOp::Max => "reduce_max",
-            ReduceOp::Min => "reduce_min",
-        }
-    }
-}
-
-/// Which formula a `gelu` computes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum GeluApprox {
-    /// `0.5 * x * (1 + erf(x / sqrt(2)))`, the exact form (BERT).
-    Erf,
-    /// `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))` (GPT-2's `gelu_new`).
-    Tanh,
-}
-
-/// An activation applied in a matmul epilogue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Activation {
-    /// No activation.
-    None,
-    /// `relu`.
-    Relu,
-    /// `gelu` in its erf form.
-    GeluErf,
-    /// `gelu` in its tanh form.
-    GeluTanh,
-    /// `x * sigmoid(x)`.
-    Silu,
-    /// `tanh`.
-    Tanh,
-    /// `sigmoid`.
-    Sigmoid,
-}
-
-impl Activation {
-    /// Every activation.
-    pub const ALL: [Activation; 7] = [
-        Activation::None,
-        Activation::Relu,
-        Activation::GeluErf,
-        Activation::GeluTanh,
-        Activation::Silu,
-        Activation::Tanh,
-        Activation::Sigmoid,
-    ];
-
-    /// Text name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Activation::None => "none",
-            Activation::Relu => "relu",
-            Activation::GeluErf => "gelu_erf",
-            Activation::GeluTanh => "gelu_tanh",
-            Activation::Silu => "silu",
-            Activation::Tanh => "tanh",
-            Activation::Sigmoid => "sigmoid",
-        }
-    }
-}
 
 /// The data of a constant, in row-major order, stored as f64 (integers up to 2^53 are exact).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -451,86 +231,372 @@ pub enum Op {
     },
 }
 
+/// How an op comes to be in a graph.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OpClass {
+    /// Its value comes from outside its operands: inputs, parameters, constants, iotas and
+    /// random streams (the node's declared type is its type).
+    Source,
+    /// A primitive that traced model code writes.
+    Primitive,
+    /// An op that fusion passes produce (drawn distinctly in DOT pictures, counted in the
+    /// compile statistics' `fused`).
+    Fused,
+}
+
+/// The kernel family an op's kernels belong to. Every target keeps one file per family
+/// (`runtime/src/cpu/kernels/rows.rs` beside `lowering/src/wgsl/rows.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelFamily {
+    /// Data that is bound, not computed: inputs, parameters, constants.
+    Source,
+    /// One output element from the same element of each operand (broadcasting), and the
+    /// generators that write each element from its index (iota, random streams).
+    Pointwise,
+    /// A reduction or normalisation along rows: reductions, norms, softmax, cross-entropy.
+    Rows,
+    /// Matrix products, with or without an epilogue.
+    MatMul,
+    /// Scaled dot-product attention.
+    Attention,
+    /// Moves elements without arithmetic: reshape, permute, broadcast, slice, concat, gather.
+    Layout,
+}
+
+/// What an op's declaration row says about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpDecl {
+    /// The op's name in the text IR (`add`, `reduce_sum`, `layer_norm`).
+    pub name: &'static str,
+    /// The allowed operand counts, inclusive (`usize::MAX` for any number).
+    pub arity: (usize, usize),
+    /// Source, primitive or fused.
+    pub class: OpClass,
+    /// The kernel family.
+    pub family: KernelFamily,
+}
+
+const fn decl(name: &'static str, lo: usize, hi: usize, class: OpClass, family: KernelFamily) -> OpDecl {
+    OpDecl { name, arity: (lo, hi), class, family }
+}
+
 impl Op {
+    /// The op's declaration row: name, operand counts, class and kernel family.
+    pub fn decl(&self) -> OpDecl {
+        use KernelFamily::{Attention, Layout, MatMul, Pointwise, Rows, Source};
+        use OpClass::{Fused, Primitive, Source as Src};
+        const ANY: usize = usize::MAX;
+        match self {
+            Op::Input { .. } => decl("input", 0, 0, Src, Source),
+            Op::Param { .. } => decl("param", 0, 0, Src, Source),
+            Op::Constant { .. } => decl("const", 0, 0, Src, Source),
+            Op::Iota { .. } => decl("iota", 0, 0, Src, Pointwise),
+            Op::RandomUniform { .. } => decl("random_uniform", 0, 1, Src, Pointwise),
+            Op::Unary(u) => decl(u.name(), 1, 1, Primitive, Pointwise),
+            Op::Binary(b) => decl(b.name(), 2, 2, Primitive, Pointwise),
+            Op::Where => decl("where", 3, 3, Primitive, Pointwise),
+            Op::Cast { .. } => decl("cast", 1, 1, Primitive, Pointwise),
+            Op::Reduce { op, .. } => decl(op.name(), 1, 1, Primitive, Rows),
+            Op::MatMul => decl("matmul", 2, 2, Primitive, MatMul),
+            Op::Reshape { .. } => decl("reshape", 1, 1, Primitive, Layout),
+            Op::Permute { .. } => decl("permute", 1, 1, Primitive, Layout),
+            Op::BroadcastTo { .. } => decl("broadcast_to", 1, 1, Primitive, Layout),
+            Op::Slice { .. } => decl("slice", 1, 1, Primitive, Layout),
+            Op::Concat { .. } => decl("concat", 1, ANY, Primitive, Layout),
+            Op::Gather { .. } => decl("gather", 2, 2, Primitive, Layout),
+            Op::LayerNorm { .. } => decl("layer_norm", 1, 3, Fused, Rows),
+            Op::RmsNorm { .. } => decl("rms_norm", 1, 2, Fused, Rows),
+            Op::Softmax { .. } => decl("softmax", 1, 1, Fused, Rows),
+            Op::Gelu { .. } => decl("gelu", 1, 1, Fused, Pointwise),
+            Op::Silu => decl("silu", 1, 1, Fused, Pointwise),
+            Op::Attention { .. } => decl("attention", 3, 4, Fused, Attention),
+            Op::MatMulEpilogue { .. } => decl("matmul_epilogue", 2, 3, Fused, MatMul),
+            Op::CrossEntropy => decl("cross_entropy", 2, 2, Fused, Rows),
+            Op::FusedElementwise { .. } => decl("fused_elementwise", 1, ANY, Fused, Pointwise),
+        }
+    }
+
+    /// Visit the op's attributes in their declared order: the one list the text printer and
+    /// parser and the fusion pass's symbols spell. The payloads of `input`/`param` (a name),
+    /// `const` (its data) and `fused_elementwise` (its body) are written beside the op, not
+    /// as attributes, and are not visited.
+    pub fn visit_attrs(&mut self, v: &mut impl AttrVisitor) {
+        match self {
+            Op::Input { .. }
+            | Op::Param { .. }
+            | Op::Constant { .. }
+            | Op::Unary(_)
+            | Op::Binary(_)
+            | Op::Where
+            | Op::MatMul
+            | Op::Silu
+            | Op::CrossEntropy
+            | Op::FusedElementwise { .. } => {}
+            Op::Iota { axis } => v.int("axis", axis),
+            Op::RandomUniform { seed } => v.u32("seed", seed),
+            Op::Cast { to } => attr::choice(v, "to", to),
+            Op::Reduce { op: _, axes, keepdim } => {
+                v.axes("axes", axes);
+                v.bool("keepdim", keepdim);
+            }
+            Op::Reshape { shape } | Op::BroadcastTo { shape } => v.shape("shape", shape),
+            Op::Permute { perm } => v.ints("perm", perm),
+            Op::Slice { axis, start, end } => {
+                v.axis("axis", axis);
+                v.int("start", start);
+                v.dim("end", end);
+            }
+            Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } => v.axis("axis", axis),
+            Op::LayerNorm { eps } | Op::RmsNorm { eps } => v.float("eps", eps),
+            Op::Gelu { approx } => attr::choice(v, "approx", approx),
+            Op::Attention { scale, causal } => {
+                v.float("scale", scale);
+                v.bool("causal", causal);
+            }
+            Op::MatMulEpilogue { activation } => attr::choice(v, "activation", activation),
+        }
+    }
+
+    /// The op's result type from its operands' (`declared` is the node's declared type,
+    /// which source ops take): which rule of `infer.rs` types it. Operand counts are checked
+    /// before (`rustral_ir::infer`).
+    pub(crate) fn type_rule(&self, args: &[&TensorType], declared: &TensorType) -> Result<TensorType, Reason> {
+        match self {
+            Op::Input { name } | Op::Param { name } => rule::named_source(name, declared),
+            Op::Constant { value } => rule::constant(value, declared),
+            Op::Iota { axis } => rule::iota(*axis, declared),
+            Op::RandomUniform { .. } => rule::random_uniform(args.first().copied(), declared),
+            Op::Unary(u) => rule::unary(*u, args[0]),
+            Op::Binary(b) => rule::binary(*b, args[0], args[1]),
+            Op::Where => rule::select(args[0], args[1], args[2]),
+            Op::Cast { to } => Ok(TensorType { dtype: *to, shape: args[0].shape.clone() }),
+            Op::Reduce { op, axes, keepdim } => rule::reduce(*op, axes, *keepdim, args[0]),
+            Op::MatMul => rule::matmul(args[0], args[1]),
+            Op::Reshape { shape } => rule::reshape(args[0], shape),
+            Op::Permute { perm } => rule::permute(args[0], perm),
+            Op::BroadcastTo { shape } => rule::broadcast_to(args[0], shape),
+            Op::Slice { axis, start, end } => rule::slice(args[0], *axis, *start, end),
+            Op::Concat { axis } => rule::concat(args, *axis),
+            Op::Gather { axis } => rule::gather(args[0], args[1], *axis),
+            Op::LayerNorm { eps } => rule::norm("layer_norm", *eps, &[1, 3], args),
+            Op::RmsNorm { eps } => rule::norm("rms_norm", *eps, &[1, 2], args),
+            Op::Softmax { axis } => rule::softmax(*axis, args[0]),
+            Op::Gelu { .. } | Op::Silu => rule::float_map(self.name(), args[0]),
+            Op::Attention { scale, .. } => rule::attention(args, *scale),
+            Op::MatMulEpilogue { activation } => rule::matmul_epilogue(*activation, args),
+            Op::CrossEntropy => rule::cross_entropy(args[0], args[1]),
+            Op::FusedElementwise { body } => rule::fused(body, args),
+        }
+    }
+
+    /// One op of every kind, attributes at placeholder values: the table the text parser
+    /// and the fusion pass look op names up in, and the list tools and schemas enumerate.
+    /// Families contribute one entry per member (`neg`, `abs`, ..., `reduce_min`).
+    pub fn kinds() -> Vec<Op> {
+        let mut k = vec![
+            Op::Input { name: String::new() },
+            Op::Param { name: String::new() },
+            Op::Constant { value: Literal::Splat(F64(0.0)) },
+            Op::Iota { axis: 0 },
+            Op::RandomUniform { seed: 0 },
+        ];
+        k.extend(UnaryOp::ALL.map(Op::Unary));
+        k.extend(BinaryOp::ALL.map(Op::Binary));
+        k.extend([Op::Where, Op::Cast { to: DType::F32 }]);
+        k.extend(ReduceOp::ALL.map(|op| Op::Reduce { op, axes: vec![], keepdim: false }));
+        k.extend([
+            Op::MatMul,
+            Op::Reshape { shape: Shape(vec![]) },
+            Op::Permute { perm: vec![] },
+            Op::BroadcastTo { shape: Shape(vec![]) },
+            Op::Slice { axis: 0, start: 0, end: Dim::Static(0) },
+            Op::Concat { axis: 0 },
+            Op::Gather { axis: 0 },
+            Op::LayerNorm { eps: F64(0.0) },
+            Op::RmsNorm { eps: F64(0.0) },
+            Op::Softmax { axis: 0 },
+            Op::Gelu { approx: GeluApprox::Erf },
+            Op::Silu,
+            Op::Attention { scale: F64(1.0), causal: false },
+            Op::MatMulEpilogue { activation: Activation::None },
+            Op::CrossEntropy,
+            Op::FusedElementwise { body: ElementwiseExpr::default() },
+        ]);
+        k
+    }
+
+    /// The op of this name with placeholder attributes (fill them with [`Op::visit_attrs`]);
+    /// None for a name no op has.
+    pub fn from_name(name: &str) -> Option<Op> {
+        static BY_NAME: std::sync::OnceLock<std::collections::HashMap<&'static str, Op>> = std::sync::OnceLock::new();
+        BY_NAME.get_or_init(|| Op::kinds().into_iter().map(|k| (k.name(), k)).collect()).get(name).cloned()
+    }
+
+    /// The names of the fused ops, in declaration order: the keys of the compile statistics'
+    /// `fused` counts.
+    pub fn fused_kinds() -> Vec<&'static str> {
+        Op::kinds().iter().filter(|k| k.is_fused()).map(|k| k.name()).collect()
+    }
+
     /// The op's name in the text IR (e.g. `add`, `reduce_sum`, `layer_norm`).
     pub fn name(&self) -> &'static str {
-        match self {
-            Op::Input { .. } => "input",
-            Op::Param { .. } => "param",
-            Op::Constant { .. } => "const",
-            Op::Iota { .. } => "iota",
-            Op::RandomUniform { .. } => "random_uniform",
-            Op::Unary(u) => u.name(),
-            Op::Binary(b) => b.name(),
-            Op::Where => "where",
-            Op::Cast { .. } => "cast",
-            Op::Reduce { op, .. } => op.name(),
-            Op::MatMul => "matmul",
-            Op::Reshape { .. } => "reshape",
-            Op::Permute { .. } => "permute",
-            Op::BroadcastTo { .. } => "broadcast_to",
-            Op::Slice { .. } => "slice",
-            Op::Concat { .. } => "concat",
-            Op::Gather { .. } => "gather",
-            Op::LayerNorm { .. } => "layer_norm",
-            Op::RmsNorm { .. } => "rms_norm",
-            Op::Softmax { .. } => "softmax",
-            Op::Gelu { .. } => "gelu",
-            Op::Silu => "silu",
-            Op::Attention { .. } => "attention",
-            Op::MatMulEpilogue { .. } => "matmul_epilogue",
-            Op::CrossEntropy => "cross_entropy",
-            Op::FusedElementwise { .. } => "fused_elementwise",
-        }
+        self.decl().name
     }
 
     /// True for ops whose type is the node's declared type rather than inferred. All but a
     /// `random_uniform` with a `step` operand are constants of the graph.
     pub fn is_source(&self) -> bool {
-        matches!(
-            self,
-            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. }
-        )
+        self.decl().class == OpClass::Source
     }
 
     /// True for the ops that fusion passes produce (drawn distinctly in DOT pictures).
     pub fn is_fused(&self) -> bool {
-        matches!(
-            self,
-            Op::LayerNorm { .. }
-                | Op::RmsNorm { .. }
-                | Op::Softmax { .. }
-                | Op::Gelu { .. }
-                | Op::Silu
-                | Op::Attention { .. }
-                | Op::MatMulEpilogue { .. }
-                | Op::CrossEntropy
-                | Op::FusedElementwise { .. }
-        )
+        self.decl().class == OpClass::Fused
     }
 
     /// The allowed operand counts, inclusive.
     pub fn arity(&self) -> (usize, usize) {
-        match self {
-            Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } => (0, 0),
-            Op::RandomUniform { .. } => (0, 1),
-            Op::Unary(_)
-            | Op::Cast { .. }
-            | Op::Reduce { .. }
-            | Op::Reshape { .. }
-            | Op::Permute { .. }
-            | Op::BroadcastTo { .. }
-            | Op::Slice { .. }
-            | Op::Softmax { .. }
-            | Op::Gelu { .. }
-            | Op::Silu => (1, 1),
-            Op::Binary(_) | Op::MatMul | Op::Gather { .. } | Op::CrossEntropy => (2, 2),
-            Op::Where => (3, 3),
-            Op::Concat { .. } | Op::FusedElementwise { .. } => (1, usize::MAX),
-            Op::LayerNorm { .. } => (1, 3),
-            Op::RmsNorm { .. } => (1, 2),
-            Op::Attention { .. } => (3, 4),
-            Op::MatMulEpilogue { .. } => (2, 3),
+        self.decl().arity
+    }
+
+    /// The kernel family.
+    pub fn family(&self) -> KernelFamily {
+        self.decl().family
+    }
+
+    /// The attributes as the text IR spells them inside braces: `axes=[1], keepdim=true`
+    /// (empty for an op without attributes).
+    pub fn attr_text(&self) -> String {
+        let mut w = AttrWriter::text();
+        self.clone().visit_attrs(&mut w);
+        w.text
+    }
+
+    /// The op as one e-graph symbol, for a first operand of rank `rank`: the text spelling
+    /// without spaces and with axes counted from the end, `reduce_mean{axes=[-1],keepdim=true}`,
+    /// so that one fusion rule serves every rank.
+    pub fn symbol(&self, rank: usize) -> String {
+        let mut w = AttrWriter::symbol(rank);
+        self.clone().visit_attrs(&mut w);
+        if w.text.is_empty() { self.name().to_string() } else { format!("{}{{{}}}", self.name(), w.text) }
+    }
+
+    /// The op an e-graph symbol spells (the inverse of [`Op::symbol`]), its first operand of
+    /// rank `rank`; None when the symbol names no op or its attributes do not read.
+    pub fn from_symbol(symbol: &str, rank: usize) -> Option<Op> {
+        let (name, attrs) = match symbol.split_once('{') {
+            Some((name, rest)) => (name, rest.strip_suffix('}')?),
+            None => (symbol, ""),
+        };
+        let mut op = Op::from_name(name)?;
+        let mut reader = attr::SymbolReader::new(attrs, rank);
+        op.visit_attrs(&mut reader);
+        reader.finished().then_some(op)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every variant, so that a new one fails here until `kinds()` lists it (this match is
+    /// exhaustive: a new variant does not compile until it has a line).
+    fn variant(op: &Op) -> usize {
+        match op {
+            Op::Input { .. } => 0,
+            Op::Param { .. } => 1,
+            Op::Constant { .. } => 2,
+            Op::Iota { .. } => 3,
+            Op::RandomUniform { .. } => 4,
+            Op::Unary(_) => 5,
+            Op::Binary(_) => 6,
+            Op::Where => 7,
+            Op::Cast { .. } => 8,
+            Op::Reduce { .. } => 9,
+            Op::MatMul => 10,
+            Op::Reshape { .. } => 11,
+            Op::Permute { .. } => 12,
+            Op::BroadcastTo { .. } => 13,
+            Op::Slice { .. } => 14,
+            Op::Concat { .. } => 15,
+            Op::Gather { .. } => 16,
+            Op::LayerNorm { .. } => 17,
+            Op::RmsNorm { .. } => 18,
+            Op::Softmax { .. } => 19,
+            Op::Gelu { .. } => 20,
+            Op::Silu => 21,
+            Op::Attention { .. } => 22,
+            Op::MatMulEpilogue { .. } => 23,
+            Op::CrossEntropy => 24,
+            Op::FusedElementwise { .. } => 25,
         }
+    }
+
+    #[test]
+    fn kinds_cover_every_variant_and_every_family_member_once() {
+        let kinds = Op::kinds();
+        let mut seen: Vec<usize> = kinds.iter().map(variant).collect();
+        seen.dedup();
+        assert_eq!(seen, (0..=25).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
+        let mut names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "op names must be unique");
+        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 16);
+    }
+
+    #[test]
+    fn fused_kinds_are_the_fusion_passes_outputs() {
+        assert_eq!(
+            Op::fused_kinds(),
+            [
+                "layer_norm",
+                "rms_norm",
+                "softmax",
+                "gelu",
+                "silu",
+                "attention",
+                "matmul_epilogue",
+                "cross_entropy",
+                "fused_elementwise"
+            ]
+        );
+    }
+
+    #[test]
+    fn symbols_count_axes_from_the_end() {
+        let op = Op::Reduce { op: ReduceOp::Mean, axes: vec![1, 2], keepdim: true };
+        assert_eq!(op.symbol(3), "reduce_mean{axes=[-2,-1],keepdim=true}");
+        assert_eq!(op.attr_text(), "axes=[1, 2], keepdim=true");
+        assert_eq!(Op::MatMul.symbol(2), "matmul");
+        let slice = Op::Slice { axis: 0, start: 1, end: Dim::Sym("seq".into()) };
+        assert_eq!(slice.symbol(2), "slice{axis=-2,start=1,end=seq}");
+    }
+
+    #[test]
+    fn symbols_read_back_for_every_kind() {
+        let samples = [
+            Op::Reduce { op: ReduceOp::Max, axes: vec![0, 2], keepdim: false },
+            Op::Cast { to: DType::BF16 },
+            Op::Reshape { shape: Shape(vec![Dim::Sym("batch".into()), Dim::Static(8)]) },
+            Op::BroadcastTo { shape: Shape(vec![]) },
+            Op::Permute { perm: vec![2, 0, 1] },
+            Op::Slice { axis: 1, start: 3, end: Dim::Static(9) },
+            Op::LayerNorm { eps: F64(1e-5) },
+            Op::Gelu { approx: GeluApprox::Tanh },
+            Op::Attention { scale: F64(0.125), causal: true },
+            Op::MatMulEpilogue { activation: Activation::Silu },
+            Op::RandomUniform { seed: 4_000_000_000 },
+        ];
+        for op in samples.into_iter().chain(Op::kinds().into_iter().filter(|k| k.attr_text().is_empty())) {
+            assert_eq!(Op::from_symbol(&op.symbol(3), 3), Some(op.clone()), "{}", op.symbol(3));
+        }
+        assert_eq!(Op::from_symbol("softmax{axis=-4}", 3), None, "an axis before the first");
+        assert_eq!(Op::from_symbol("softmax{axis=-1,extra=1}", 3), None, "a leftover attribute");
+        assert_eq!(Op::from_symbol("gelu{approx=fast}", 3), None, "an unknown choice");
+        assert_eq!(Op::from_symbol("no_such_op", 3), None);
     }
 }

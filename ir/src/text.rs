@@ -67,32 +67,18 @@ fn literal(v: &Literal) -> String {
     }
 }
 
-fn list<T: std::fmt::Display>(xs: &[T]) -> String {
-    format!("[{}]", xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", "))
-}
-
 /// An op as the text form writes it, without operands: `layer_norm {eps=1e-5}`.
 pub fn op_text(op: &Op) -> String {
     let attrs = attributes(op);
     if attrs.is_empty() { op.name().to_string() } else { format!("{} {{{attrs}}}", op.name()) }
 }
 
-/// The text inside an op's braces (empty when it has no attributes).
+/// The text inside an op's braces (empty when it has no attributes): the op's declared
+/// attributes, or a fused body.
 fn attributes(op: &Op) -> String {
     match op {
-        Op::Iota { axis } | Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } => format!("axis={axis}"),
-        Op::Cast { to } => format!("to={to}"),
-        Op::RandomUniform { seed } => format!("seed={seed}"),
-        Op::Reduce { axes, keepdim, .. } => format!("axes={}, keepdim={keepdim}", list(axes)),
-        Op::Reshape { shape } | Op::BroadcastTo { shape } => format!("shape={shape}"),
-        Op::Permute { perm } => format!("perm={}", list(perm)),
-        Op::Slice { axis, start, end } => format!("axis={axis}, start={start}, end={end}"),
-        Op::LayerNorm { eps } | Op::RmsNorm { eps } => format!("eps={eps}"),
-        Op::Gelu { approx } => format!("approx={}", if *approx == crate::op::GeluApprox::Erf { "erf" } else { "tanh" }),
-        Op::Attention { scale, causal } => format!("scale={scale}, causal={causal}"),
-        Op::MatMulEpilogue { activation } => format!("activation={}", activation.name()),
         Op::FusedElementwise { body } => body_text(body),
-        _ => String::new(),
+        _ => op.attr_text(),
     }
 }
 

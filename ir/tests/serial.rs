@@ -111,3 +111,52 @@ fn hostile_binary_never_panics() {
     assert!(from_binary(&huge).is_err());
     assert!(from_binary(b"not rir").is_err());
 }
+
+/// The schema's op lists are the op declarations' (so a new op fails here until the schema
+/// has it): the unary, binary, dtype, reduction and activation names, and every kind of op
+/// validates as the schema's `op`.
+#[test]
+fn schema_lists_every_declared_op() {
+    use rustral_ir::{Activation, BinaryOp, DType, Op, ReduceOp, UnaryOp};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schemas/ir.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let names = |pointer: &str| -> Vec<String> {
+        let list = schema.pointer(pointer).unwrap_or_else(|| panic!("schema has {pointer}"));
+        list.as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect()
+    };
+    fn spelled<T: serde::Serialize>(values: &[T]) -> Vec<String> {
+        values.iter().map(|v| serde_json::to_value(v).unwrap().as_str().unwrap().to_string()).collect()
+    }
+    assert_eq!(names("/$defs/unary/enum"), spelled(&UnaryOp::ALL));
+    assert_eq!(names("/$defs/binary/enum"), spelled(&BinaryOp::ALL));
+    assert_eq!(names("/$defs/dtype/enum"), spelled(&DType::ALL));
+    assert_eq!(names("/$defs/op/oneOf/7/properties/reduce/properties/op/enum"), spelled(&ReduceOp::ALL));
+    let acts: Vec<String> = Activation::ALL.iter().map(|a| a.name().to_string()).collect();
+    let schema_acts = schema.to_string();
+    for a in &acts {
+        assert!(schema_acts.contains(&format!("\"{a}\"")), "activation {a} is not in the schema");
+    }
+    let mut op_schema = schema.clone();
+    op_schema["$ref"] = serde_json::json!("#/$defs/op");
+    for key in ["required", "properties", "type", "additionalProperties"] {
+        op_schema.as_object_mut().unwrap().remove(key);
+    }
+    let validator = jsonschema::validator_for(&op_schema).expect("the op schema compiles");
+    let mut failures = Vec::new();
+    for op in Op::kinds() {
+        // Kinds carry placeholder payloads; give the named and fused ones real ones.
+        let op = match op {
+            Op::Input { .. } => Op::Input { name: "x".into() },
+            Op::Param { .. } => Op::Param { name: "w".into() },
+            Op::FusedElementwise { .. } => {
+                Op::FusedElementwise { body: rustral_ir::ElementwiseExpr { nodes: vec![rustral_ir::ExprNode::Arg(0)] } }
+            }
+            other => other,
+        };
+        let value = serde_json::to_value(&op).unwrap();
+        if validator.iter_errors(&value).next().is_some() {
+            failures.push(format!("{} ({value})", op.name()));
+        }
+    }
+    assert!(failures.is_empty(), "ops the schema's `op` does not accept: {failures:?}");
+}

@@ -3,7 +3,7 @@
 
 use crate::manager::Pass;
 use crate::stats::PassStats;
-use rustral_ir::{BinaryOp, DType, F64, Graph, Literal, NodeId, Op, TensorType, UnaryOp};
+use rustral_ir::{BinaryOp, DType, F64, Graph, Literal, NodeId, Op, TensorType};
 use std::collections::{HashMap, HashSet};
 
 /// Remove nodes no output depends on. Inputs and params stay: they are the interface.
@@ -85,13 +85,15 @@ impl Pass for FoldConstants {
                 continue;
             }
             let args: Option<Vec<f64>> = g.operands(id).iter().map(|&o| splat(g, o)).collect();
+            // The ops' own scalar meaning (as the reference evaluates them), in f64, then
+            // rounded to the node's dtype.
             let value = match (&node.op, args.as_deref()) {
-                (Op::Unary(u), Some([x])) => fold_unary(*u, *x),
-                (Op::Binary(b), Some([x, y])) => fold_binary(*b, *x, *y),
+                (Op::Unary(u), Some([x])) => Some(u.eval(*x)),
+                (Op::Binary(b), Some([x, y])) => Some(b.eval(*x, *y)),
                 _ => None,
             };
             if let Some(v) = value {
-                let v = if node.ty.dtype == DType::F32 { v as f32 as f64 } else { v };
+                let v = node.ty.dtype.round(v);
                 let c = g.declare(Op::Constant { value: Literal::Splat(F64(v)) }, node.ty.clone(), &node.provenance);
                 if let Ok(c) = c {
                     g.replace_all_uses(id, c);
@@ -109,33 +111,6 @@ pub(crate) fn splat(g: &Graph, id: NodeId) -> Option<f64> {
         Op::Constant { value: Literal::Splat(v) } => Some(v.0),
         _ => None,
     }
-}
-
-fn fold_unary(u: UnaryOp, x: f64) -> Option<f64> {
-    Some(match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Recip => 1.0 / x,
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-        UnaryOp::Sigmoid | UnaryOp::Relu | UnaryOp::Erf => return None,
-    })
-}
-
-fn fold_binary(b: BinaryOp, x: f64, y: f64) -> Option<f64> {
-    Some(match b {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div => x / y,
-        BinaryOp::Pow => x.powf(y),
-        _ => return None,
-    })
 }
 
 /// Algebraic identities that do not change a value's type: `x * 1`, `x + 0`, `x - 0`,

@@ -12,13 +12,16 @@ use std::collections::{HashMap, HashSet};
 /// The elementwise fusion pass.
 pub struct FuseElementwise;
 
+/// The elementwise fusion pass's name.
+pub(crate) const PASS_NAME: &str = "fuse-elementwise";
+
 fn is_elementwise(op: &Op) -> bool {
     matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. })
 }
 
 impl Pass for FuseElementwise {
     fn name(&self) -> &'static str {
-        "fuse-elementwise"
+        PASS_NAME
     }
 
     fn run(&self, g: &mut Graph, stats: &mut PassStats) {

@@ -15,4 +15,4 @@ mod stats;
 pub use cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
 pub use elementwise::FuseElementwise;
 pub use manager::{Compiled, OptLevel, Pass, PassError, PassManager};
-pub use stats::{CompileStats, EggStats, FUSED_KINDS, PassStats, count_fused};
+pub use stats::{CompileStats, EggStats, PassStats, count_fused};

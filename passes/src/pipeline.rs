@@ -21,23 +21,15 @@ pub fn cleanup() -> Vec<Box<dyn Pass>> {
 /// `O2`: clean-up, fusion by equality saturation (attention before the layout clean-up
 /// rewrites the transposes it matches), elementwise fusion of what is left.
 pub fn full() -> Vec<Box<dyn Pass>> {
-    vec![
-        Box::new(Dce),
-        Box::new(Cse),
-        Box::new(FoldConstants),
-        Box::new(Simplify),
-        Box::new(Fuse::new(Family::LayerNorm)),
-        Box::new(Fuse::new(Family::RmsNorm)),
-        Box::new(Fuse::new(Family::Softmax)),
-        Box::new(Fuse::new(Family::CrossEntropy)),
-        Box::new(Fuse::new(Family::Attention)),
-        Box::new(Fuse::new(Family::Gelu)),
-        Box::new(Fuse::new(Family::Silu)),
-        Box::new(Fuse::new(Family::MatMulEpilogue)),
-        Box::new(Dce),
+    let mut passes: Vec<Box<dyn Pass>> =
+        vec![Box::new(Dce), Box::new(Cse), Box::new(FoldConstants), Box::new(Simplify)];
+    passes.extend(Family::ALL.map(|f| Box::new(Fuse::new(f)) as Box<dyn Pass>));
+    passes.extend([
+        Box::new(Dce) as Box<dyn Pass>,
         Box::new(CanonicalizeLayout),
         Box::new(Cse),
         Box::new(FuseElementwise),
         Box::new(Dce),
-    ]
+    ]);
+    passes
 }

@@ -5,19 +5,6 @@ use rustral_ir::{Activation, Graph, Op};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
-/// The fused op kinds tools read from `fused`.
-pub const FUSED_KINDS: [&str; 9] = [
-    "layer_norm",
-    "rms_norm",
-    "softmax",
-    "cross_entropy",
-    "gelu",
-    "silu",
-    "attention",
-    "matmul_epilogue",
-    "fused_elementwise",
-];
-
 /// Statistics of one compile.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct CompileStats {
@@ -64,31 +51,28 @@ pub struct EggStats {
     /// Why saturation stopped, with how many regions stopped that way (`saturated`,
     /// `iteration_limit`, `node_limit`, `time_limit`, `other`).
     pub stop_reasons: BTreeMap<String, usize>,
+    /// Regions whose fused program could not be rebuilt as graph nodes, each with why; such
+    /// a region is left as it was (correct, only not fused), and this list says so.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub abandoned: Vec<String>,
 }
 
-/// Count the fused ops of each kind in `g`.
+/// Count the fused ops of each kind in `g` (every fused kind the op declarations list, zero
+/// when absent).
 pub fn count_fused(g: &Graph) -> BTreeMap<String, usize> {
-    let mut counts: BTreeMap<String, usize> = FUSED_KINDS.iter().map(|k| (k.to_string(), 0)).collect();
-    let mut bump = |k: &str| *counts.get_mut(k).expect("known kind") += 1;
+    let mut counts: BTreeMap<String, usize> = Op::fused_kinds().into_iter().map(|k| (k.to_string(), 0)).collect();
+    let mut bump = |k: &str| *counts.entry(k.to_string()).or_default() += 1;
     for id in g.node_ids() {
-        match &g.node(id).expect("listed").op {
-            Op::LayerNorm { .. } => bump("layer_norm"),
-            Op::RmsNorm { .. } => bump("rms_norm"),
-            Op::Softmax { .. } => bump("softmax"),
-            Op::CrossEntropy => bump("cross_entropy"),
-            Op::Gelu { .. } => bump("gelu"),
-            Op::Silu => bump("silu"),
-            Op::Attention { .. } => bump("attention"),
-            Op::FusedElementwise { .. } => bump("fused_elementwise"),
-            Op::MatMulEpilogue { activation } => {
-                bump("matmul_epilogue");
-                match activation {
-                    Activation::GeluErf | Activation::GeluTanh => bump("gelu"),
-                    Activation::Silu => bump("silu"),
-                    _ => {}
-                }
+        let op = &g.node(id).expect("listed").op;
+        if op.is_fused() {
+            bump(op.name());
+        }
+        if let Op::MatMulEpilogue { activation } = op {
+            match activation {
+                Activation::GeluErf | Activation::GeluTanh => bump("gelu"),
+                Activation::Silu => bump("silu"),
+                Activation::None | Activation::Relu | Activation::Tanh | Activation::Sigmoid => {}
             }
-            _ => {}
         }
     }
     counts

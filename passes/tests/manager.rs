@@ -108,3 +108,27 @@ fn hitting_a_limit_is_recorded_and_not_an_error() {
     assert!(limited > 0, "{egg:?}");
     rustral_ir::verify(&g).unwrap();
 }
+
+/// The statistics schema requires a count for exactly the fused kinds the op declarations
+/// list, and every fusion family builds only declared fused ops.
+#[test]
+fn the_stats_schema_and_the_family_table_follow_the_op_declarations() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../schemas/compile-stats.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let mut required: Vec<String> = schema["properties"]["fused"]["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    required.sort();
+    let mut kinds: Vec<String> = rustral_ir::Op::fused_kinds().into_iter().map(String::from).collect();
+    kinds.sort();
+    assert_eq!(required, kinds);
+    for (pass, fuses) in rustral_passes::fuse::fusion_passes() {
+        for kind in fuses {
+            let op = rustral_ir::Op::from_name(kind).unwrap_or_else(|| panic!("{pass} builds unknown op {kind}"));
+            assert!(op.is_fused(), "{pass} builds {kind}, which is not declared fused");
+        }
+    }
+}

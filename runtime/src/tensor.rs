@@ -72,15 +72,7 @@ impl HostTensor {
 /// Round `x` to the nearest value of `dtype`: floats round to nearest even, integers truncate
 /// toward zero (i32 wraps, NaN becomes 0), bool is `x != 0`.
 pub fn round_to(dtype: DType, x: f64) -> f64 {
-    match dtype {
-        DType::F64 => x,
-        DType::F32 => x as f32 as f64,
-        DType::F16 => half::f16::from_f64(x).to_f64(),
-        DType::BF16 => half::bf16::from_f64(x).to_f64(),
-        DType::I32 => (x as i64) as i32 as f64,
-        DType::I64 => (x as i64) as f64,
-        DType::Bool => f64::from(u8::from(x != 0.0)),
-    }
+    dtype.round(x)
 }
 
 /// `n` deterministic pseudo-random values in `[-1, 1)` (xorshift64 from `seed`), the same on

@@ -2,10 +2,9 @@
 //! from op names to ops.
 
 use super::PResult;
-use crate::dtype::DType;
 use crate::error::ParseError;
 use crate::float::F64;
-use crate::op::{Activation, BinaryOp, GeluApprox, Op, ReduceOp, UnaryOp};
+use crate::op::{AttrVisitor, Op};
 use crate::shape::{Dim, Shape};
 
 /// An attribute value before it is checked against the op's attribute list.
@@ -145,42 +144,66 @@ fn as_dim(v: &Value, l: usize, c: usize) -> PResult<Dim> {
     }
 }
 
-/// Build a non-source op from its name and attributes; None for an unknown name.
+/// Build a non-source op from its name and attributes; None for an unknown name. The
+/// attributes read are the ones the op declares (`Op::visit_attrs`).
 pub(super) fn build_op(name: &str, a: &mut Attrs) -> Option<PResult<Op>> {
-    if let Some(u) = UnaryOp::ALL.into_iter().find(|u| u.name() == name) {
-        return Some(Ok(Op::Unary(u)));
+    let mut op = Op::from_name(name)?;
+    let mut reader = Reader { attrs: a, error: None };
+    op.visit_attrs(&mut reader);
+    Some(match reader.error {
+        Some(e) => Err(e),
+        None => Ok(op),
+    })
+}
+
+/// Fills an op's attributes from parsed ones, keeping the first error.
+struct Reader<'a> {
+    attrs: &'a mut Attrs,
+    error: Option<ParseError>,
+}
+
+impl Reader<'_> {
+    fn read<T>(&mut self, v: &mut T, f: impl FnOnce(&mut Attrs) -> PResult<T>) {
+        if self.error.is_some() {
+            return;
+        }
+        match f(self.attrs) {
+            Ok(x) => *v = x,
+            Err(e) => self.error = Some(e),
+        }
     }
-    if let Some(b) = BinaryOp::ALL.into_iter().find(|b| b.name() == name) {
-        return Some(Ok(Op::Binary(b)));
+}
+
+impl AttrVisitor for Reader<'_> {
+    fn int(&mut self, key: &'static str, v: &mut usize) {
+        self.read(v, |a| a.usize(key));
     }
-    if let Some(r) = ReduceOp::ALL.into_iter().find(|r| r.name() == name) {
-        return Some((|| Ok(Op::Reduce { op: r, axes: a.usizes("axes")?, keepdim: a.bool("keepdim")? }))());
+    fn axis(&mut self, key: &'static str, v: &mut usize) {
+        self.read(v, |a| a.usize(key));
     }
-    let dtypes: Vec<(&str, DType)> = DType::ALL.iter().map(|d| (d.name(), *d)).collect();
-    let acts: Vec<(&str, Activation)> = Activation::ALL.iter().map(|x| (x.name(), *x)).collect();
-    let op = match name {
-        "iota" => a.usize("axis").map(|axis| Op::Iota { axis }),
-        "random_uniform" => a.u32("seed").map(|seed| Op::RandomUniform { seed }),
-        "where" => Ok(Op::Where),
-        "cast" => a.choice("to", &dtypes).map(|to| Op::Cast { to }),
-        "matmul" => Ok(Op::MatMul),
-        "reshape" => a.shape("shape").map(|shape| Op::Reshape { shape }),
-        "broadcast_to" => a.shape("shape").map(|shape| Op::BroadcastTo { shape }),
-        "permute" => a.usizes("perm").map(|perm| Op::Permute { perm }),
-        "slice" => (|| Ok(Op::Slice { axis: a.usize("axis")?, start: a.usize("start")?, end: a.dim("end")? }))(),
-        "concat" => a.usize("axis").map(|axis| Op::Concat { axis }),
-        "gather" => a.usize("axis").map(|axis| Op::Gather { axis }),
-        "layer_norm" => a.float("eps").map(|eps| Op::LayerNorm { eps }),
-        "rms_norm" => a.float("eps").map(|eps| Op::RmsNorm { eps }),
-        "softmax" => a.usize("axis").map(|axis| Op::Softmax { axis }),
-        "gelu" => a
-            .choice("approx", &[("erf", GeluApprox::Erf), ("tanh", GeluApprox::Tanh)])
-            .map(|approx| Op::Gelu { approx }),
-        "silu" => Ok(Op::Silu),
-        "cross_entropy" => Ok(Op::CrossEntropy),
-        "attention" => (|| Ok(Op::Attention { scale: a.float("scale")?, causal: a.bool("causal")? }))(),
-        "matmul_epilogue" => a.choice("activation", &acts).map(|activation| Op::MatMulEpilogue { activation }),
-        _ => return None,
-    };
-    Some(op)
+    fn axes(&mut self, key: &'static str, v: &mut Vec<usize>) {
+        self.read(v, |a| a.usizes(key));
+    }
+    fn ints(&mut self, key: &'static str, v: &mut Vec<usize>) {
+        self.read(v, |a| a.usizes(key));
+    }
+    fn u32(&mut self, key: &'static str, v: &mut u32) {
+        self.read(v, |a| a.u32(key));
+    }
+    fn bool(&mut self, key: &'static str, v: &mut bool) {
+        self.read(v, |a| a.bool(key));
+    }
+    fn float(&mut self, key: &'static str, v: &mut F64) {
+        self.read(v, |a| a.float(key));
+    }
+    fn dim(&mut self, key: &'static str, v: &mut Dim) {
+        self.read(v, |a| a.dim(key));
+    }
+    fn shape(&mut self, key: &'static str, v: &mut Shape) {
+        self.read(v, |a| a.shape(key));
+    }
+    fn word(&mut self, key: &'static str, options: &[&'static str], v: &mut usize) {
+        let indexed: Vec<(&str, usize)> = options.iter().enumerate().map(|(i, o)| (*o, i)).collect();
+        self.read(v, |a| a.choice(key, &indexed));
+    }
 }

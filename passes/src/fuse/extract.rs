@@ -58,12 +58,13 @@ impl<'a> Rebuild<'a> {
         Rebuild { egraph, extractor, built: HashMap::new(), provenance }
     }
 
-    /// The graph node computing class `id`'s cheapest program; None if it cannot be built
-    /// (then the caller leaves the region as it was).
-    pub fn build(&mut self, g: &mut Graph, id: Id) -> Option<NodeId> {
+    /// The graph node computing class `id`'s cheapest program, or why it cannot be built (an
+    /// e-node no op declaration reads, or an op the graph refuses): then the caller leaves the
+    /// region as it was and records the reason.
+    pub fn build(&mut self, g: &mut Graph, id: Id) -> Result<NodeId, String> {
         let id = self.egraph.find(id);
         if let Some(&n) = self.built.get(&id) {
-            return Some(n);
+            return Ok(n);
         }
         let enode = self.extractor.find_best_node(id).clone();
         let node = if let Some(leaf) = self.egraph.analysis.table.leaves.get(&enode.op) {
@@ -71,15 +72,16 @@ impl<'a> Rebuild<'a> {
         } else {
             let ty = |c: Id| self.egraph[c].data.ty.clone();
             let splat = |c: Id| self.egraph[c].data.splat;
-            let (op, operands) = decode(&enode, &ty, &splat)?;
+            let (op, operands) =
+                decode(&enode, &ty, &splat).ok_or_else(|| format!("no op reads the symbol `{}`", enode.op))?;
             let mut args = Vec::with_capacity(operands);
             for &c in &enode.children[..operands] {
                 args.push(self.build(g, c)?);
             }
             let prov = self.provenance.get(&id).cloned().unwrap_or_default();
-            g.add(op, &args, &prov).ok()?
+            g.add(op, &args, &prov).map_err(|e| e.to_string())?
         };
         self.built.insert(id, node);
-        Some(node)
+        Ok(node)
     }
 }

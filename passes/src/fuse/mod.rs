@@ -59,35 +59,66 @@ pub enum Family {
     MatMulEpilogue,
 }
 
+/// What a fusion family is: its pass, its rules and the ops they build.
+#[derive(Clone, Copy, Debug)]
+pub struct FamilyInfo {
+    /// The pass name: the dump label and the `--disable-pass` switch.
+    pub pass: &'static str,
+    /// The family's own rules (the algebra rules come with every family).
+    pub rules: fn() -> Vec<Rule>,
+    /// The op kinds its rules build, as the op declarations name them: what the compile
+    /// statistics count and the benchmark report attributes to the pass.
+    pub fuses: &'static [&'static str],
+}
+
 impl Family {
-    fn pass_name(self) -> &'static str {
+    /// Every family, in the order the O2 pipeline runs them (attention after softmax, which it
+    /// reads; epilogues last, so GELU and SiLU are fused first and then folded into matmuls).
+    pub const ALL: [Family; 8] = [
+        Family::LayerNorm,
+        Family::RmsNorm,
+        Family::Softmax,
+        Family::CrossEntropy,
+        Family::Attention,
+        Family::Gelu,
+        Family::Silu,
+        Family::MatMulEpilogue,
+    ];
+
+    /// The family table: one row per family.
+    pub fn info(self) -> FamilyInfo {
+        let row = |pass, rules, fuses| FamilyInfo { pass, rules, fuses };
         match self {
-            Family::LayerNorm => "fuse-layer-norm",
-            Family::RmsNorm => "fuse-rms-norm",
-            Family::Softmax => "fuse-softmax",
-            Family::CrossEntropy => "fuse-cross-entropy",
-            Family::Attention => "fuse-attention",
-            Family::Gelu => "fuse-gelu",
-            Family::Silu => "fuse-silu",
-            Family::MatMulEpilogue => "fuse-matmul-epilogue",
+            Family::LayerNorm => row("fuse-layer-norm", rules::norm::layer_norm, &["layer_norm"]),
+            Family::RmsNorm => row("fuse-rms-norm", rules::norm::rms_norm, &["rms_norm"]),
+            Family::Softmax => row("fuse-softmax", rules::softmax::rules, &["softmax"]),
+            Family::CrossEntropy => row("fuse-cross-entropy", rules::loss::cross_entropy, &["cross_entropy"]),
+            Family::Attention => row("fuse-attention", rules::attention::rules, &["attention"]),
+            Family::Gelu => row("fuse-gelu", rules::activation::gelu, &["gelu"]),
+            Family::Silu => row("fuse-silu", rules::activation::silu, &["silu"]),
+            Family::MatMulEpilogue => row("fuse-matmul-epilogue", rules::epilogue::rules, &["matmul_epilogue"]),
         }
+    }
+
+    /// The pass name.
+    pub fn pass_name(self) -> &'static str {
+        self.info().pass
     }
 
     /// The family's rules (the algebra rules come with every family).
     pub fn rules(self) -> Vec<Rule> {
         let mut r = rules::algebra::rules();
-        r.extend(match self {
-            Family::LayerNorm => rules::norm::layer_norm(),
-            Family::RmsNorm => rules::norm::rms_norm(),
-            Family::Softmax => rules::softmax::rules(),
-            Family::CrossEntropy => rules::loss::cross_entropy(),
-            Family::Attention => rules::attention::rules(),
-            Family::Gelu => rules::activation::gelu(),
-            Family::Silu => rules::activation::silu(),
-            Family::MatMulEpilogue => rules::epilogue::rules(),
-        });
+        r.extend((self.info().rules)());
         r
     }
+}
+
+/// Every fusion pass of the O2 pipeline with the op kinds it builds: the families, then
+/// elementwise fusion. The benchmark's ablations switch these off one at a time.
+pub fn fusion_passes() -> Vec<(&'static str, &'static [&'static str])> {
+    let mut passes: Vec<_> = Family::ALL.iter().map(|f| (f.info().pass, f.info().fuses)).collect();
+    passes.push((crate::elementwise::PASS_NAME, &["fused_elementwise"]));
+    passes
 }
 
 /// One fusion pass: a rule family saturated region by region.
@@ -228,8 +259,12 @@ fn fuse_region(
     let mut replacements = Vec::new();
     for root in roots {
         match rebuild.build(g, egraph.find(class_of[&root])) {
-            Some(new) => replacements.push((root, new)),
-            None => return BTreeMap::new(),
+            Ok(new) => replacements.push((root, new)),
+            Err(why) => {
+                let module = g.node(root).map(|n| n.provenance.clone()).unwrap_or_default();
+                stats.abandoned.push(format!("region `{module}`: {why}; left unfused"));
+                return BTreeMap::new();
+            }
         }
     }
     for (old, new) in replacements {

@@ -12,7 +12,7 @@ type R<T> = Result<T, String>;
 pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[usize]) -> R<HostTensor> {
     let a = |i: usize| &args[i].data;
     let data = match op {
-        Op::Input { .. } | Op::Param { .. } => unreachable!("sources are fed, not evaluated"),
+        Op::Input { .. } | Op::Param { .. } => return Err(format!("`{}` is fed, not evaluated", op.name())),
         Op::Constant { value: Literal::Splat(v) } => ArrayD::from_elem(IxDyn(out_shape), v.0),
         Op::Constant { value: Literal::Dense(vs) } => {
             ArrayD::from_shape_vec(IxDyn(out_shape), vs.iter().map(|v| v.0).collect()).map_err(|e| e.to_string())?
@@ -45,7 +45,7 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
             Zip::from(&mut out).and(&c).and(&x).and(&y).for_each(|o, &c, &x, &y| *o = if c != 0.0 { x } else { y });
             out
         }
-        Op::Cast { to } => a(0).mapv(|x| cast(*to, x)),
+        Op::Cast { to } => a(0).mapv(|x| to.cast(x)),
         Op::Reduce { op: r, axes, keepdim } => reduce(a(0), *r, axes, *keepdim),
         Op::MatMul => matmul(a(0), a(1))?,
         Op::Reshape { .. } => {
@@ -104,81 +104,19 @@ pub(crate) fn pcg(v: u32) -> u32 {
     (w >> 22) ^ w
 }
 
-/// Float-to-int casts truncate and saturate (Rust's `as`, NaN to 0); the rest round to `to`.
-fn cast(to: DType, x: f64) -> f64 {
-    match to {
-        DType::I32 => f64::from(x as i32),
-        DType::I64 => x as i64 as f64,
-        _ => round_to(to, x),
-    }
-}
-
 fn bcast<'a>(x: &'a ArrayD<f64>, shape: &[usize]) -> R<ArrayViewD<'a, f64>> {
     x.broadcast(IxDyn(shape)).ok_or_else(|| format!("cannot broadcast {:?} to {shape:?}", x.shape()))
 }
 
-/// The unary ops, in f64.
+/// The unary ops, in f64, as the IR defines them (`UnaryOp::eval`).
 pub(crate) fn unary(u: UnaryOp, x: f64) -> f64 {
-    match u {
-        UnaryOp::Neg => -x,
-        UnaryOp::Abs => x.abs(),
-        UnaryOp::Exp => x.exp(),
-        UnaryOp::Log => x.ln(),
-        UnaryOp::Sqrt => x.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / x.sqrt(),
-        UnaryOp::Recip => 1.0 / x,
-        UnaryOp::Tanh => x.tanh(),
-        UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
-        // NaN stays NaN (it is neither > 0 nor <= 0).
-        UnaryOp::Relu => {
-            if x > 0.0 || x.is_nan() {
-                x
-            } else {
-                0.0
-            }
-        }
-        UnaryOp::Erf => libm::erf(x),
-        UnaryOp::Sin => x.sin(),
-        UnaryOp::Cos => x.cos(),
-    }
+    u.eval(x)
 }
 
-/// The binary ops, in f64; `dtype` is the operands' (integer division truncates).
+/// The binary ops, in f64; `dtype` is the operands' (integer division truncates, and by
+/// zero is an error), as the IR defines them (`BinaryOp::eval_typed`).
 pub(crate) fn binary(b: BinaryOp, dtype: DType, x: f64, y: f64) -> R<f64> {
-    let truth = |c: bool| f64::from(u8::from(c));
-    Ok(match b {
-        BinaryOp::Add => x + y,
-        BinaryOp::Sub => x - y,
-        BinaryOp::Mul => x * y,
-        BinaryOp::Div if dtype.is_int() => {
-            if y == 0.0 {
-                return Err("integer division by zero".into());
-            }
-            (x / y).trunc()
-        }
-        BinaryOp::Div => x / y,
-        BinaryOp::Pow => x.powf(y),
-        BinaryOp::Max => {
-            if x.is_nan() || y.is_nan() {
-                f64::NAN
-            } else {
-                x.max(y)
-            }
-        }
-        BinaryOp::Min => {
-            if x.is_nan() || y.is_nan() {
-                f64::NAN
-            } else {
-                x.min(y)
-            }
-        }
-        BinaryOp::Eq => truth(x == y),
-        BinaryOp::Ne => truth(x != y),
-        BinaryOp::Lt => truth(x < y),
-        BinaryOp::Le => truth(x <= y),
-        BinaryOp::Gt => truth(x > y),
-        BinaryOp::Ge => truth(x >= y),
-    })
+    b.eval_typed(dtype, x, y).map_err(String::from)
 }
 
 fn reduce(x: &ArrayD<f64>, r: ReduceOp, axes: &[usize], keepdim: bool) -> ArrayD<f64> {
@@ -415,7 +353,7 @@ fn fused(body: &ElementwiseExpr, args: &[&HostTensor], out_shape: &[usize]) -> R
                     .for_each(|o, &c, &x, &y| *o = if c != 0.0 { x } else { y });
                 (vals[*x].0, out)
             }
-            ExprNode::Cast(to, x) => (*to, vals[*x].1.mapv(|v| cast(*to, v))),
+            ExprNode::Cast(to, x) => (*to, vals[*x].1.mapv(|v| to.cast(v))),
         };
         vals.push((dtype, data.mapv(|v| round_to(dtype, v))));
     }

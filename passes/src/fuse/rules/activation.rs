@@ -8,13 +8,13 @@ pub fn gelu() -> Vec<Rule> {
     let half_one = || vec![approx("?h", 0.5), approx("?one", 1.0)];
     vec![
         // x * 0.5 * (1 + erf(x / sqrt 2)) = gelu_erf(x)
-        rule("gelu-erf-div", "(mul (mul ?x ?h) (add (erf (div ?x ?r)) ?one))", "(gelu[erf] ?x)", {
+        rule("gelu-erf-div", "(mul (mul ?x ?h) (add (erf (div ?x ?r)) ?one))", "(gelu{approx=erf} ?x)", {
             let mut c = half_one();
             c.push(approx("?r", SQRT_2));
             c
         }),
         // x * 0.5 * (1 + erf(x * (1 / sqrt 2))) = gelu_erf(x)
-        rule("gelu-erf-mul", "(mul (mul ?x ?h) (add (erf (mul ?x ?r)) ?one))", "(gelu[erf] ?x)", {
+        rule("gelu-erf-mul", "(mul (mul ?x ?h) (add (erf (mul ?x ?r)) ?one))", "(gelu{approx=erf} ?x)", {
             let mut c = half_one();
             c.push(approx("?r", FRAC_1_SQRT_2));
             c
@@ -23,7 +23,7 @@ pub fn gelu() -> Vec<Rule> {
         rule(
             "gelu-tanh",
             "(mul (mul ?x ?h) (add (tanh (mul (add ?x (mul (mul (mul ?x ?x) ?x) ?c)) ?k)) ?one))",
-            "(gelu[tanh] ?x)",
+            "(gelu{approx=tanh} ?x)",
             {
                 let mut c = half_one();
                 c.push(approx("?c", 0.044715));

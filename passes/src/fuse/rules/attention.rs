@@ -8,7 +8,7 @@ use super::{Rule, at_most, causal_visibility, constant, rule};
 /// Attention rules.
 pub fn rules() -> Vec<Rule> {
     let mut rules = super::softmax::rules();
-    for (rank, perm) in [(4, "permute[0,1,3,2]"), (3, "permute[0,2,1]")] {
+    for (rank, perm) in [(4, "permute{perm=[0,1,3,2]}"), (3, "permute{perm=[0,2,1]}")] {
         for scale_op in ["mul", "div"] {
             for masked in [false, true] {
                 for causal in [false, true] {
@@ -22,17 +22,15 @@ pub fn rules() -> Vec<Rule> {
                         conds.push(causal_visibility("?vis"));
                         conds.push(at_most("?fill", -1e30));
                     }
-                    let lhs = format!("(matmul (softmax[-1] {scores}) ?v)");
+                    let lhs = format!("(matmul (softmax{{axis=-1}} {scores}) ?v)");
                     let name = format!(
                         "attention-{scale_op}{}{}-rank{rank}",
                         if masked { "-mask" } else { "" },
                         if causal { "-causal" } else { "" }
                     );
-                    let fused = format!(
-                        "fused_attention_{scale_op}{}{}",
-                        if masked { "_mask" } else { "" },
-                        if causal { "_causal" } else { "" }
-                    );
+                    // The scale multiplies the scores, or divides them (then it is the reciprocal).
+                    let scale = if scale_op == "mul" { "$" } else { "1/$" };
+                    let fused = format!("attention{{scale={scale},causal={causal}}}");
                     let rhs =
                         if masked { format!("({fused} ?q ?k ?v ?m ?s)") } else { format!("({fused} ?q ?k ?v ?s)") };
                     rules.push(rule(&name, &lhs, &rhs, conds));

@@ -9,14 +9,14 @@ pub fn rules() -> Vec<Rule> {
         rule(
             "epilogue-bias",
             "(add (matmul ?a ?b) ?c)",
-            "(matmul_epilogue[none] ?a ?b ?c)",
+            "(matmul_epilogue{activation=none} ?a ?b ?c)",
             vec![last_dim_vector("?c")],
         ),
     ];
     for (act_symbol, act) in [
         ("relu", "relu"),
-        ("gelu[erf]", "gelu_erf"),
-        ("gelu[tanh]", "gelu_tanh"),
+        ("gelu{approx=erf}", "gelu_erf"),
+        ("gelu{approx=tanh}", "gelu_tanh"),
         ("silu", "silu"),
         ("tanh", "tanh"),
         ("sigmoid", "sigmoid"),
@@ -24,15 +24,15 @@ pub fn rules() -> Vec<Rule> {
         // act(a @ b + bias) = matmul_epilogue[act](a, b, bias)
         rules.push(rule(
             &format!("epilogue-bias-{act}"),
-            &format!("({act_symbol} (matmul_epilogue[none] ?a ?b ?c))"),
-            &format!("(matmul_epilogue[{act}] ?a ?b ?c)"),
+            &format!("({act_symbol} (matmul_epilogue{{activation=none}} ?a ?b ?c))"),
+            &format!("(matmul_epilogue{{activation={act}}} ?a ?b ?c)"),
             vec![],
         ));
         // act(a @ b) = matmul_epilogue[act](a, b)
         rules.push(rule(
             &format!("epilogue-{act}"),
             &format!("({act_symbol} (matmul ?a ?b))"),
-            &format!("(matmul_epilogue[{act}] ?a ?b)"),
+            &format!("(matmul_epilogue{{activation={act}}} ?a ?b)"),
             vec![],
         ));
     }

@@ -8,17 +8,18 @@ use rustral_ir::{DType, Dim};
 
 /// Cross-entropy rules.
 pub fn cross_entropy() -> Vec<Rule> {
-    let shifted = "(sub ?x (reduce_max[-1]k ?x))";
+    let shifted = "(sub ?x (reduce_max{axes=[-1],keepdim=true} ?x))";
+    let sum = "reduce_sum{axes=[-1],keepdim=true}";
     let log_softmax = [
-        ("shifted", format!("(sub {shifted} (log (reduce_sum[-1]k (exp {shifted}))))")),
-        ("unshifted", "(sub ?x (log (reduce_sum[-1]k (exp ?x))))".to_string()),
+        ("shifted", format!("(sub {shifted} (log ({sum} (exp {shifted}))))")),
+        ("unshifted", format!("(sub ?x (log ({sum} (exp ?x))))")),
     ];
     let masks = [("", "(eq ?classes ?t)"), ("-swapped", "(eq ?t ?classes)")];
     let mut rules = Vec::new();
     for dtype in DType::ALL.into_iter().filter(|d| d.is_float()) {
         for (form, logp) in &log_softmax {
             for (order, eq) in masks {
-                let picked = format!("(reduce_sum[-1]d (mul {logp} (cast.{dtype} {eq})))");
+                let picked = format!("(reduce_sum{{axes=[-1],keepdim=false}} (mul {logp} (cast{{to={dtype}}} {eq})))");
                 let name = format!("cross-entropy-{form}{order}-{dtype}");
                 // -sum(log_softmax(x) * onehot(t)) = cross_entropy(x, t)
                 rules.push(rule(&name, &format!("(neg {picked})"), "(cross_entropy ?x ?t)", vec![one_hot()]));

@@ -1,33 +1,29 @@
-//! LayerNorm and RMSNorm over the last axis. `M` below is `reduce_mean[-1]k`, a mean over the
-//! last axis keeping it; a mean over any other axis is not a LayerNorm and does not match.
+//! LayerNorm and RMSNorm over the last axis. `MEAN` below is a mean over the last axis keeping
+//! it; a mean over any other axis is not a LayerNorm and does not match.
 
 use super::{Rule, constant, last_dim_vector, rule};
 
-const CENTERED: &str = "(sub ?x (reduce_mean[-1]k ?x))";
+const MEAN: &str = "reduce_mean{axes=[-1],keepdim=true}";
+const CENTERED: &str = "(sub ?x (reduce_mean{axes=[-1],keepdim=true} ?x))";
 
 /// LayerNorm, with and without affine, variance written either way.
 pub fn layer_norm() -> Vec<Rule> {
-    let var = format!("(reduce_mean[-1]k (mul {CENTERED} {CENTERED}))");
+    let var = format!("({MEAN} (mul {CENTERED} {CENTERED}))");
     vec![
         // mean(x^2) - mean(x)^2 = mean((x - mean x)^2)
-        rule(
-            "variance-expanded",
-            "(sub (reduce_mean[-1]k (mul ?x ?x)) (mul (reduce_mean[-1]k ?x) (reduce_mean[-1]k ?x)))",
-            &var,
-            vec![],
-        ),
+        rule("variance-expanded", &format!("(sub ({MEAN} (mul ?x ?x)) (mul ({MEAN} ?x) ({MEAN} ?x)))"), &var, vec![]),
         // (x - mean) * rsqrt(var + eps) = layer_norm(x)
         rule(
             "layer-norm",
             &format!("(mul {CENTERED} (rsqrt (add {var} ?eps)))"),
-            "(fused_layer_norm ?x ?eps)",
+            "(layer_norm{eps=$} ?x ?eps)",
             vec![constant("?eps")],
         ),
         // layer_norm(x) * gamma + beta = layer_norm(x, gamma, beta)
         rule(
             "layer-norm-affine",
-            "(add (mul (fused_layer_norm ?x ?eps) ?g) ?b)",
-            "(fused_layer_norm_affine ?x ?g ?b ?eps)",
+            "(add (mul (layer_norm{eps=$} ?x ?eps) ?g) ?b)",
+            "(layer_norm{eps=$} ?x ?g ?b ?eps)",
             vec![last_dim_vector("?g"), last_dim_vector("?b")],
         ),
     ]
@@ -39,15 +35,15 @@ pub fn rms_norm() -> Vec<Rule> {
         // x * rsqrt(mean(x^2) + eps) = rms_norm(x)
         rule(
             "rms-norm",
-            "(mul ?x (rsqrt (add (reduce_mean[-1]k (mul ?x ?x)) ?eps)))",
-            "(fused_rms_norm ?x ?eps)",
+            &format!("(mul ?x (rsqrt (add ({MEAN} (mul ?x ?x)) ?eps)))"),
+            "(rms_norm{eps=$} ?x ?eps)",
             vec![constant("?eps")],
         ),
         // rms_norm(x) * w = rms_norm(x, w)
         rule(
             "rms-norm-affine",
-            "(mul (fused_rms_norm ?x ?eps) ?g)",
-            "(fused_rms_norm_affine ?x ?g ?eps)",
+            "(mul (rms_norm{eps=$} ?x ?eps) ?g)",
+            "(rms_norm{eps=$} ?x ?g ?eps)",
             vec![last_dim_vector("?g")],
         ),
     ]

@@ -8,20 +8,21 @@ use super::{Rule, rule};
 pub fn rules() -> Vec<Rule> {
     let mut rules = Vec::new();
     for k in 1..=4 {
-        let (max, sum) = (format!("reduce_max[-{k}]k"), format!("reduce_sum[-{k}]k"));
+        let (max, sum) =
+            (format!("reduce_max{{axes=[-{k}],keepdim=true}}"), format!("reduce_sum{{axes=[-{k}],keepdim=true}}"));
         let shifted = format!("(exp (sub ?x ({max} ?x)))");
         // exp(x - max) / sum(exp(x - max)) = softmax(x)
         rules.push(rule(
             &format!("softmax-{k}"),
             &format!("(div {shifted} ({sum} {shifted}))"),
-            &format!("(softmax[-{k}] ?x)"),
+            &format!("(softmax{{axis=-{k}}} ?x)"),
             vec![],
         ));
         // exp(x) / sum(exp(x)) = softmax(x)
         rules.push(rule(
             &format!("softmax-unshifted-{k}"),
             &format!("(div (exp ?x) ({sum} (exp ?x)))"),
-            &format!("(softmax[-{k}] ?x)"),
+            &format!("(softmax{{axis=-{k}}} ?x)"),
             vec![],
         ));
     }
