@@ -46,7 +46,7 @@ fn wgsl_target(c: &mut Criterion) {
             for t in program.profile(&inputs).expect("profiles") {
                 let e = by_op.entry(t.op).or_default();
                 e.0 += 1;
-                e.1 += t.seconds * 1e3;
+                e.1 += t.time.as_secs_f64() * 1e3;
             }
             for (op, (n, ms)) in by_op {
                 eprintln!("  {op:>20}: {n:>4} dispatches, {ms:>9.1} ms");

@@ -53,7 +53,7 @@ pub(crate) fn attention(
     sh.need(Helper::Exp);
     let batch_idx = preamble(ctx, &mut sh, causal, ops, out, "group");
     if v.shape[v.shape.len() - 1].as_static().is_none() {
-        let fail = sh.fail();
+        let fail = sh.fail("the value width is over what one workgroup accumulates");
         sh.line(1, &format!("if (dv > {width}u) {{ {fail} return; }}"));
     }
     sh.line(1, "for (var c = lid; c < dv; c = c + 64u) { acc[c] = 0.0; }");
@@ -96,7 +96,7 @@ pub(crate) fn attention(
     sh.line(1, "}");
     let mut rows = out.shape[..r - 2].to_vec();
     rows.push(q.shape[q.shape.len() - 2].clone());
-    let (status, workgroup_bytes) = (sh.status, sh.workgroup_bytes());
+    let (status, workgroup_bytes) = (sh.status.clone(), sh.workgroup_bytes());
     Ok(Generated {
         source: sh.finish(ctx),
         workgroup_size: WG,
@@ -226,7 +226,7 @@ fn per_row(
     let r = out.shape.len();
     let mut rows = out.shape[..r - 2].to_vec();
     rows.push(ops[0].shape[ops[0].shape.len() - 2].clone());
-    let (status, workgroup_bytes) = (sh.status, sh.workgroup_bytes());
+    let (status, workgroup_bytes) = (sh.status.clone(), sh.workgroup_bytes());
     Generated {
         source: sh.finish(ctx),
         workgroup_size: WG,

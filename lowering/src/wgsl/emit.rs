@@ -103,7 +103,9 @@ pub(crate) struct Head<'a> {
 pub(crate) struct Shader {
     header: Vec<String>,
     bindings: Vec<(String, Storage, Access)>,
-    pub status: bool,
+    /// What a nonzero status word from this kernel means (the data-dependent failures its
+    /// checks detect, joined with "or"); None when it has no checks.
+    pub status: Option<String>,
     helpers: BTreeSet<Helper>,
     shared: Vec<String>,
     shared_bytes: u32,
@@ -133,7 +135,7 @@ impl Shader {
         Shader {
             header,
             bindings,
-            status: false,
+            status: None,
             helpers: BTreeSet::new(),
             shared: vec![],
             shared_bytes: 0,
@@ -167,9 +169,17 @@ impl Shader {
         writeln!(self.body, "{}{line}", "    ".repeat(indent)).expect("write to String");
     }
 
-    /// Statement recording a data-dependent failure of this kernel.
-    pub fn fail(&mut self) -> String {
-        self.status = true;
+    /// Statement recording a data-dependent failure of this kernel; `why` is what the
+    /// runtime reports when it reads the status word back.
+    pub fn fail(&mut self, why: &str) -> String {
+        match &mut self.status {
+            Some(s) if !s.split(" or ").any(|w| w == why) => {
+                s.push_str(" or ");
+                s.push_str(why);
+            }
+            Some(_) => {}
+            None => self.status = Some(why.to_string()),
+        }
         format!("atomicMax(&status, {}u);", self.kernel + 1)
     }
 
@@ -220,7 +230,7 @@ impl Shader {
             writeln!(s, "@group(0) @binding({}) var<storage, {mode}> {name}: array<{}>;", i + 1, storage.wgsl())
                 .expect("write to String");
         }
-        if self.status {
+        if self.status.is_some() {
             writeln!(
                 s,
                 "@group(0) @binding({}) var<storage, read_write> status: atomic<u32>;",

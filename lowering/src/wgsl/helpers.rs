@@ -299,7 +299,7 @@ pub(crate) fn binary(sh: &mut Shader, b: BinaryOp, dtype: DType, x: &str, y: &st
         BinaryOp::Sub => format!("({x} - {y})"),
         BinaryOp::Mul => format!("({x} * {y})"),
         BinaryOp::Div if dtype.is_int() => {
-            let fail = sh.fail();
+            let fail = sh.fail(rustral_ir::INTEGER_DIVISION_BY_ZERO);
             sh.line(1, &format!("if ({y} == 0.0) {{ {fail} }}"));
             format!("select(trunc({x} / {y}), 0.0, {y} == 0.0)")
         }

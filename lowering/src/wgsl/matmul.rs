@@ -92,6 +92,6 @@ pub(crate) fn matmul(ctx: &Ctx, head: &Head, act: Activation, ops: &[Operand], o
     let workgroups = Count::elements(batch)
         .times(Count::ceil_div(&out.shape[r - 2..r - 1], TILE as u64))
         .times(Count::ceil_div(&out.shape[r - 1..], TILE as u64));
-    let (status, workgroup_bytes) = (sh.status, sh.workgroup_bytes());
+    let (status, workgroup_bytes) = (sh.status.clone(), sh.workgroup_bytes());
     Generated { source: sh.finish(ctx), workgroup_size: WG, workgroups, names, status, workgroup_bytes }
 }

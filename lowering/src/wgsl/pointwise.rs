@@ -114,7 +114,7 @@ pub(crate) fn pointwise(
             let a = *axis;
             let (inner, len_out, len_in) =
                 (ctx.prod(&out.shape[a + 1..]), ctx.dim(&out.shape[a]), ctx.dim(&operands[0].shape[a]));
-            let fail = sh.fail();
+            let fail = sh.fail("the slice is past the end of its axis");
             sh.line(1, &format!("if ({start}u + {len_out} > {len_in}) {{ {fail} return; }}"));
             sh.line(1, &format!("let inner = i % {inner};"));
             sh.line(1, &format!("let along = (i / {inner}) % {len_out};"));
@@ -156,7 +156,7 @@ pub(crate) fn pointwise(
             sh.line(1, &format!("let j = (i / {inner}) % {n_idx};"));
             sh.line(1, &format!("let outer = i / ({inner} * {n_idx});"));
             sh.line(1, &format!("let index = {};", sh.load("indices", "j")));
-            let fail = sh.fail();
+            let fail = sh.fail("an index is out of range");
             sh.line(1, &format!("if (!(index >= 0.0 && index < f32({size}))) {{ {fail} return; }}"));
             sh.load("table", &format!("(outer * {size} + u32(index)) * {inner} + inner"))
         }
@@ -181,7 +181,7 @@ pub(crate) fn pointwise(
     let v = helpers::round(&mut sh, out.dtype, &value);
     let store = sh.store("i", &v);
     sh.line(1, &store);
-    let status = sh.status;
+    let status = sh.status.clone();
     let workgroup_bytes = sh.workgroup_bytes();
     Ok(Generated {
         source: sh.finish(ctx),

@@ -22,7 +22,7 @@ pub(crate) fn tree(sh: &mut Shader, at: usize, wg: u32, value: &str, combine: &s
 }
 
 fn generated(sh: Shader, ctx: &Ctx, workgroups: Count, names: Vec<String>) -> Generated {
-    let (status, workgroup_size, workgroup_bytes) = (sh.status, sh.workgroup_size, sh.workgroup_bytes());
+    let (status, workgroup_size, workgroup_bytes) = (sh.status.clone(), sh.workgroup_size, sh.workgroup_bytes());
     Generated { source: sh.finish(ctx), workgroup_size, workgroups, names, status, workgroup_bytes }
 }
 
@@ -179,7 +179,7 @@ pub(crate) fn cross_entropy(ctx: &Ctx, head: &Head, x: &Operand, targets: &Opera
     max_and_sum_exp(&mut sh, WG, &len, &xj);
     sh.line(1, "if (lid != 0u) { return; }");
     sh.line(1, &format!("let t = {};", sh.load("targets", "group")));
-    let fail = sh.fail();
+    let fail = sh.fail("a target is out of range of the classes");
     sh.line(1, &format!("if (!(t >= 0.0 && t < f32({len}))) {{ {fail} return; }}"));
     let picked = sh.load("x", "base + u32(t)");
     let v = helpers::round(&mut sh, out.dtype, &format!("m + log_(sum) - {picked}"));

@@ -28,8 +28,22 @@ pub fn lowering(op: &Op, operands: usize) -> Lowering {
         Op::Attention { .. } | Op::MatMulEpilogue { .. } | Op::FusedElementwise { .. } | Op::CrossEntropy => {
             Lowering::Decomposed
         }
-        Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => Lowering::Host,
-        _ => Lowering::Native,
+        // Made (or bound) on the host and uploaded.
+        Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
+            Lowering::Host
+        }
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::Reduce { .. }
+        | Op::MatMul
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::BroadcastTo { .. }
+        | Op::Slice { .. }
+        | Op::Concat { .. }
+        | Op::Gather { .. } => Lowering::Native,
     }
 }
 
@@ -131,7 +145,10 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
             Some(t) => t,
             None => return Ok(None),
         },
-        _ => return Ok(None),
+        // Made on the host and uploaded (inputs and parameters are bound, never run).
+        Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
+            return Ok(None);
+        }
     };
     let t = if t.dtype() == candle_dtype(dtype) { t } else { t.to_dtype(candle_dtype(dtype))? };
     Ok(Some(t))

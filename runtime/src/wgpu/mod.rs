@@ -75,18 +75,7 @@ pub enum WgpuError {
     },
 }
 
-/// One kernel's wall time in [`WgpuProgram::profile`].
-#[derive(Clone, Debug)]
-pub struct KernelTime {
-    /// Kernel name.
-    pub kernel: String,
-    /// Its op.
-    pub op: String,
-    /// Module path of the node.
-    pub provenance: String,
-    /// Submission to completion.
-    pub seconds: f64,
-}
+pub use crate::exec::KernelTime;
 
 /// A WGSL program ready to run on a wgpu device.
 pub struct WgpuProgram {
@@ -259,11 +248,12 @@ impl WgpuProgram {
                 .device
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| WgpuError::Device { place: format!("kernel {}", kernel.name), message: e.to_string() })?;
+            // Submission to completion; every WGSL kernel runs on the device (no fallback).
             times.push(KernelTime {
-                kernel: kernel.name.clone(),
                 op: kernel.op.clone(),
                 provenance: kernel.provenance.clone(),
-                seconds: start.elapsed().as_secs_f64(),
+                time: start.elapsed(),
+                fallback: false,
             });
         }
         Ok(times)
@@ -449,13 +439,7 @@ impl WgpuProgram {
                     kernel: k.name.clone(),
                     op: k.op.clone(),
                     provenance: k.provenance.clone(),
-                    message: match k.op.as_str() {
-                        "gather" => "an index is out of range".into(),
-                        "cross_entropy" => "a target is out of range of the classes".into(),
-                        "slice" => "the slice is past the end of its axis".into(),
-                        "attention" => "the value width is over what one workgroup accumulates".into(),
-                        _ => "integer division by zero".into(),
-                    },
+                    message: k.failure.clone().unwrap_or_else(|| "a check failed (the kernel names no reason)".into()),
                 });
             }
         }

@@ -16,20 +16,19 @@ use rustral_ir::{BinaryOp, DType, ElementwiseExpr, ExprNode, UnaryOp};
 /// Which Rust helper a node calls, a vector at a time (see `helpers` in `mod.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(super) enum Helper {
-    Log,
-    Sin,
-    Cos,
+    /// A unary op without an inline form: the CPU target's scalar kernel on each lane, the
+    /// op's index in `UnaryOp::ALL` passed in the second vector.
+    Unary,
+    /// `pow` of other exponents than 2 and 3.
     Pow,
 }
 
 impl Helper {
-    pub(super) const ALL: [Helper; 4] = [Helper::Log, Helper::Sin, Helper::Cos, Helper::Pow];
+    pub(super) const ALL: [Helper; 2] = [Helper::Unary, Helper::Pow];
 
     pub(super) fn symbol(self) -> &'static str {
         match self {
-            Helper::Log => "rustral_log_f32x4",
-            Helper::Sin => "rustral_sin_f32x4",
-            Helper::Cos => "rustral_cos_f32x4",
+            Helper::Unary => "rustral_unary_f32x4",
             Helper::Pow => "rustral_pow_f32x4",
         }
     }
@@ -393,7 +392,6 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
             UnaryOp::Neg => self.b.ins().fneg(x),
             UnaryOp::Abs => self.b.ins().fabs(x),
             UnaryOp::Exp => self.exp(x),
-            UnaryOp::Log => self.call(Helper::Log, x, x),
             UnaryOp::Sqrt => self.b.ins().sqrt(x),
             UnaryOp::Rsqrt => {
                 let one = self.c(1.0);
@@ -418,8 +416,13 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
                 self.select(keep, x, zero)
             }
             UnaryOp::Erf => self.erf(x),
-            UnaryOp::Sin => self.call(Helper::Sin, x, x),
-            UnaryOp::Cos => self.call(Helper::Cos, x, x),
+            // No inline form (log, sin, cos, ...): call the scalar kernel four lanes at a
+            // time, so every unary op compiles and gives the interpreter's bits.
+            other => {
+                let index = UnaryOp::ALL.iter().position(|&u| u == other).unwrap_or(UnaryOp::ALL.len());
+                let code = self.c(index as f32);
+                self.call(Helper::Unary, x, code)
+            }
         }
     }
 

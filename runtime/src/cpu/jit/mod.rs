@@ -49,9 +49,7 @@ impl Jit {
             .finish(settings::Flags::new(flags))
             .map_err(|e| e.to_string())?;
         let mut builder = JITBuilder::with_isa(isa, default_libcall_names());
-        builder.symbol(Helper::Log.symbol(), helpers::log as *const u8);
-        builder.symbol(Helper::Sin.symbol(), helpers::sin as *const u8);
-        builder.symbol(Helper::Cos.symbol(), helpers::cos as *const u8);
+        builder.symbol(Helper::Unary.symbol(), helpers::unary as *const u8);
         builder.symbol(Helper::Pow.symbol(), helpers::pow as *const u8);
         let mut module = JITModule::new(builder);
         let mut helpers = HashMap::new();
@@ -227,16 +225,12 @@ mod helpers {
         }
     }
 
-    pub extern "C" fn log(a: *const f32, b: *const f32, out: *mut f32) {
-        lanes(a, b, out, |x, _| super::super::kernels::unary(UnaryOp::Log, x));
-    }
-
-    pub extern "C" fn sin(a: *const f32, b: *const f32, out: *mut f32) {
-        lanes(a, b, out, |x, _| super::super::kernels::unary(UnaryOp::Sin, x));
-    }
-
-    pub extern "C" fn cos(a: *const f32, b: *const f32, out: *mut f32) {
-        lanes(a, b, out, |x, _| super::super::kernels::unary(UnaryOp::Cos, x));
+    /// `b` holds the op's index in `UnaryOp::ALL` (as f32, the same in every lane).
+    pub extern "C" fn unary(a: *const f32, b: *const f32, out: *mut f32) {
+        lanes(a, b, out, |x, code| match UnaryOp::ALL.get(code as usize) {
+            Some(&u) => super::super::kernels::unary(u, x),
+            None => f32::NAN,
+        });
     }
 
     pub extern "C" fn pow(a: *const f32, b: *const f32, out: *mut f32) {

@@ -1,0 +1,264 @@
+//! The WGSL program's on-disk format: the types `program.json` serialises
+//! (`schemas/wgsl-program.schema.json` describes them for hosts in other languages), apart from
+//! the lowering that fills them, so a host reads this module and nothing else.
+
+use rustral_ir::{DType, Dim};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The format name written in every `program.json`.
+pub const FORMAT: &str = "rustral-wgsl-program";
+/// The format version; bumped when the layout changes incompatibly.
+pub const VERSION: u32 = 1;
+
+/// A WGSL program: what a WebGPU host needs to run a lowered graph.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WgslProgram {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// The layout version, [`VERSION`].
+    pub version: u32,
+    /// The graph's name.
+    pub name: String,
+    /// Symbolic dims in the order the `dims` uniform holds them.
+    pub dims: Vec<String>,
+    /// Buffers by id.
+    pub buffers: Vec<WgslBuffer>,
+    /// Storage slots: buffers sharing a slot share one device allocation of the largest
+    /// member's size (a liveness plan over the `run` kernels).
+    pub slots: usize,
+    /// Kernels in dispatch order (`init` ones first).
+    pub kernels: Vec<WgslKernel>,
+    /// Named outputs.
+    pub outputs: Vec<NamedBuffer>,
+    /// Dense constants' values by buffer id (written beside the program as tensors named
+    /// `const.<id>`).
+    #[serde(skip)]
+    pub constants: BTreeMap<usize, Vec<f64>>,
+}
+
+/// An output name and its buffer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamedBuffer {
+    /// The graph's output name.
+    pub name: String,
+    /// Buffer id.
+    pub buffer: usize,
+}
+
+/// How a buffer's elements are stored, one 4-byte word each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Storage {
+    /// f32, f16, bf16 and f64 values.
+    F32,
+    /// i32 and i64 values.
+    I32,
+    /// bool as 0 or 1.
+    U32,
+}
+
+impl Storage {
+    /// The storage of a dtype.
+    pub fn of(dtype: DType) -> Storage {
+        match dtype {
+            DType::F16 | DType::BF16 | DType::F32 | DType::F64 => Storage::F32,
+            DType::I32 | DType::I64 => Storage::I32,
+            DType::Bool => Storage::U32,
+        }
+    }
+
+    /// The WGSL element type.
+    pub fn wgsl(self) -> &'static str {
+        match self {
+            Storage::F32 => "f32",
+            Storage::I32 => "i32",
+            Storage::U32 => "u32",
+        }
+    }
+}
+
+/// What a buffer holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Role {
+    /// Fed per run.
+    Input {
+        /// The input's name.
+        name: String,
+    },
+    /// Bound once; stored beside the program under this name.
+    Param {
+        /// The parameter's name.
+        name: String,
+    },
+    /// Constant data stored beside the program under `tensor`.
+    Constant {
+        /// The tensor's name in the parameter file.
+        tensor: String,
+    },
+    /// Written by a kernel.
+    Intermediate {
+        /// Storage slot shared with other intermediates whose lives do not overlap; `None` for
+        /// the results of `init` kernels, which keep their own storage.
+        slot: Option<usize>,
+    },
+    /// The same storage as buffer `of`, seen with this buffer's shape: a reshape, which
+    /// keeps the row-major order and so needs no kernel.
+    Alias {
+        /// The buffer whose storage it is (never itself an alias).
+        of: usize,
+    },
+    /// One atomic u32: 0, or one plus the index of a kernel that hit a data-dependent error.
+    Status,
+}
+
+/// A typed buffer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WgslBuffer {
+    /// The IR dtype of its values.
+    pub dtype: DType,
+    /// How they are stored.
+    pub storage: Storage,
+    /// The IR shape.
+    pub shape: Vec<Dim>,
+    /// Element count (4 bytes each).
+    pub elements: Count,
+    /// What it holds.
+    pub role: Role,
+    /// Module path of the node that made it.
+    pub provenance: String,
+}
+
+/// When a kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    /// Once after parameters are bound and whenever the dims change: its inputs are
+    /// parameters, constants and other `init` results only (weight transposes, iotas, masks).
+    Init,
+    /// Every run.
+    Run,
+}
+
+/// A binding's access mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// `var<storage, read>`.
+    Read,
+    /// `var<storage, read_write>`.
+    ReadWrite,
+}
+
+/// One storage binding of a kernel (group 0; binding 0 is always the `dims` uniform).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Binding {
+    /// The binding number.
+    pub binding: u32,
+    /// The WGSL variable's name.
+    pub name: String,
+    /// Buffer id.
+    pub buffer: usize,
+    /// Access mode.
+    pub access: Access,
+}
+
+/// One compute shader and how to dispatch it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WgslKernel {
+    /// Unique name, also the shader's file name without `.wgsl`.
+    pub name: String,
+    /// The IR op it computes.
+    pub op: String,
+    /// Module path of the (fused) node.
+    pub provenance: String,
+    /// When it runs.
+    pub phase: Phase,
+    /// Entry point.
+    pub entry: String,
+    /// `@workgroup_size`.
+    pub workgroup_size: [u32; 3],
+    /// Total workgroups (dispatched as the module docs say).
+    pub workgroups: Count,
+    /// Storage bindings.
+    pub bindings: Vec<Binding>,
+    /// Workgroup memory in bytes (checked against the adapter's limit).
+    pub workgroup_bytes: u32,
+    /// What it means when this kernel sets the status word (an index out of range, say):
+    /// the message a host reports, naming the kernel. Absent for kernels without checks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+    /// The WGSL source (written as `<name>.wgsl` on disk).
+    #[serde(skip)]
+    pub source: String,
+}
+
+/// A product of terms `ceil(factor * prod(dims) / div)`: element counts (`div` 1) and
+/// workgroup counts, as expressions of the symbolic dims.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Count(pub Vec<Term>);
+
+/// One factor of a [`Count`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Term {
+    /// Static factor.
+    pub factor: u64,
+    /// Symbolic dims multiplied in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dims: Vec<String>,
+    /// Divisor, rounding up.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub div: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn is_one(x: &u64) -> bool {
+    *x == 1
+}
+
+impl Count {
+    /// The element count of a shape.
+    pub fn elements(shape: &[Dim]) -> Count {
+        Count::ceil_div(shape, 1)
+    }
+
+    /// `ceil(prod(shape) / div)`.
+    pub fn ceil_div(shape: &[Dim], div: u64) -> Count {
+        let mut t = Term { factor: 1, dims: vec![], div };
+        for d in shape {
+            match d {
+                Dim::Static(n) => t.factor *= *n as u64,
+                Dim::Sym(s) => t.dims.push(s.clone()),
+            }
+        }
+        Count(vec![t])
+    }
+
+    /// This count times another.
+    pub fn times(mut self, other: Count) -> Count {
+        self.0.extend(other.0);
+        self
+    }
+
+    /// The value under a binding of the symbolic dims.
+    pub fn eval(&self, binding: &BTreeMap<String, usize>) -> Result<u64, String> {
+        let mut total: u64 = 1;
+        for t in &self.0 {
+            let mut v = t.factor;
+            for d in &t.dims {
+                let n = binding.get(d).ok_or_else(|| format!("symbol {d} is not bound"))?;
+                v = v.checked_mul(*n as u64).ok_or("size overflows u64")?;
+            }
+            if t.div == 0 {
+                return Err("a count divides by zero".into());
+            }
+            total = total.checked_mul(v.div_ceil(t.div)).ok_or("size overflows u64")?;
+        }
+        Ok(total)
+    }
+}

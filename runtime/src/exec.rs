@@ -1,0 +1,332 @@
+//! One Program executor for every target that runs kernels one by one from the host (the CPU
+//! and Candle targets). A target says how to move values and run one kernel ([`Backend`]);
+//! the executor does the rest the same way everywhere: binds parameters, evaluates constants
+//! and the kernels that read only parameters and constants once (weight transposes), binds
+//! symbolic dims from the inputs, dispatches the schedule, frees each value after its last use
+//! as the memory plan says, falls back to the reference implementation where the target has
+//! no kernel (and says so in profiles), and times kernels when asked.
+//!
+//! The WGSL target records a whole schedule into one command buffer instead, so it does not
+//! use this loop; it follows the same steps in the same order (`wgpu::WgpuProgram`).
+
+use crate::feeds;
+use crate::reference::{EvalError, Place, concrete};
+use crate::tensor::HostTensor;
+use rustral_ir::{DType, Op};
+use rustral_lowering::{BufferKind, Kernel, Program};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// Named outputs of a run, in order.
+pub type Outputs = Vec<(String, HostTensor)>;
+
+/// One kernel's time in a profiled run.
+#[derive(Clone, Debug)]
+pub struct KernelTime {
+    /// Op name.
+    pub op: String,
+    /// Module path of the (possibly fused) node.
+    pub provenance: String,
+    /// Wall time.
+    pub time: Duration,
+    /// True when the kernel ran the reference fallback.
+    pub fallback: bool,
+}
+
+/// What a target provides to the executor.
+pub trait Backend: Sync {
+    /// A value held by the target (host memory, a device tensor).
+    type Value: Clone + Send + Sync;
+    /// The target's error; feed and evaluation errors convert into it.
+    type Error: From<EvalError> + Send;
+
+    /// A host tensor on the target; `place` names the buffer for errors.
+    fn upload(&self, t: HostTensor, place: &Place) -> Result<Self::Value, Self::Error>;
+
+    /// A value back on the host, rounded to `dtype`.
+    fn download(&self, v: &Self::Value, dtype: DType, place: &Place) -> Result<HostTensor, Self::Error>;
+
+    /// A value's shape.
+    fn shape(v: &Self::Value) -> &[usize];
+
+    /// A value's dtype, where the target can tell (`declared` otherwise).
+    fn dtype(v: &Self::Value, declared: DType) -> DType;
+
+    /// Run `kernel` on `args` into a value of `shape` and `dtype` with the target's own
+    /// kernel, or return None to have the executor run the reference implementation.
+    fn run_kernel(
+        &self,
+        kernel: &Kernel,
+        args: &[&Self::Value],
+        dtype: DType,
+        shape: &[usize],
+        place: &Place,
+    ) -> Result<Option<Self::Value>, Self::Error>;
+
+    /// Run `f` where the target's kernels expect to run (the CPU target's thread pool).
+    fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
+        f()
+    }
+}
+
+/// A program bound to a backend.
+pub struct Executor<B: Backend> {
+    program: Program,
+    backend: B,
+    /// Parameters, and everything computed from parameters and constants alone, by buffer.
+    params: HashMap<usize, B::Value>,
+    /// Kernels whose results are in `params` and are skipped per run.
+    precomputed: HashSet<usize>,
+}
+
+impl<B: Backend> Executor<B> {
+    /// `program` on `backend`, nothing bound yet.
+    pub fn new(program: Program, backend: B) -> Executor<B> {
+        Executor { program, backend, params: HashMap::new(), precomputed: HashSet::new() }
+    }
+
+    /// The program.
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The backend, to change its settings.
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    /// Kernels launched per run: those reading only parameters and constants ran once when
+    /// the parameters were bound.
+    pub fn dispatches(&self) -> usize {
+        self.program.kernels.len() - self.precomputed.len()
+    }
+
+    /// The bound parameter buffers' values, by parameter name (to change them in place;
+    /// call [`Executor::precompute`] afterwards).
+    pub fn params_mut(&mut self) -> Vec<(String, &mut B::Value)> {
+        let names: HashMap<usize, &String> = self
+            .program
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(b, buf)| match &buf.kind {
+                BufferKind::Param(name) => Some((b, name)),
+                _ => None,
+            })
+            .collect();
+        let mut out: Vec<(usize, String, &mut B::Value)> =
+            self.params.iter_mut().filter_map(|(b, v)| names.get(b).map(|n| (*b, (*n).clone(), v))).collect();
+        out.sort_by_key(|(b, ..)| *b);
+        out.into_iter().map(|(_, n, v)| (n, v)).collect()
+    }
+
+    /// How many parameters the program declares.
+    pub fn param_count(&self) -> usize {
+        self.program.buffers.iter().filter(|b| matches!(b.kind, BufferKind::Param(_))).count()
+    }
+
+    /// Bind parameter values; each must match its declared (static) type. Then evaluate what
+    /// depends on parameters and constants alone.
+    pub fn bind_params(&mut self, params: &HashMap<String, HostTensor>) -> Result<(), B::Error> {
+        self.params.clear();
+        for (b, buf) in self.program.buffers.iter().enumerate() {
+            if let BufferKind::Param(name) = &buf.kind {
+                let value =
+                    params.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
+                feeds::check(name, &buf.ty, value.dtype, value.shape(), &mut BTreeMap::new())?;
+                let v = self.backend.upload(value.clone(), &self.buffer_place(b))?;
+                self.params.insert(b, v);
+            }
+        }
+        self.precompute()
+    }
+
+    /// Evaluate constants of static shape and the kernels that depend only on parameters and
+    /// such constants, once; runs then skip them. Call again after changing parameters.
+    pub fn precompute(&mut self) -> Result<(), B::Error> {
+        // Keep parameters and constants (constants do not change when parameters do); drop
+        // what was computed from the old parameters.
+        let program = &self.program;
+        self.params.retain(|&b, _| matches!(program.buffers[b].kind, BufferKind::Param(_) | BufferKind::Constant(_)));
+        self.precomputed.clear();
+        let empty = BTreeMap::new();
+        for (b, buf) in self.program.buffers.iter().enumerate() {
+            if self.params.contains_key(&b) {
+                continue;
+            }
+            if let (BufferKind::Constant(op), Ok(shape)) = (&buf.kind, concrete(&buf.ty.shape.0, &empty)) {
+                let v = self.constant(b, op, &shape)?;
+                self.params.insert(b, v);
+            }
+        }
+        for (k, kernel) in self.program.kernels.iter().enumerate() {
+            let ready = kernel.inputs.iter().all(|i| self.params.contains_key(i));
+            let shape = concrete(&self.program.buffers[kernel.output].ty.shape.0, &empty);
+            if let (true, Ok(shape)) = (ready, shape) {
+                let args: Vec<&B::Value> = kernel.inputs.iter().map(|i| &self.params[i]).collect();
+                let (v, _) = self.backend.install(|| self.exec(k, &args, &shape))?;
+                self.params.insert(kernel.output, v);
+                self.precomputed.insert(k);
+            }
+        }
+        Ok(())
+    }
+
+    /// Run on inputs already on the target; outputs stay there. With `times`, every kernel
+    /// run is timed and recorded in schedule order.
+    pub fn run(
+        &self,
+        inputs: &HashMap<String, B::Value>,
+        mut times: Option<&mut Vec<KernelTime>>,
+    ) -> Result<Vec<(String, B::Value)>, B::Error> {
+        let p = &self.program;
+        let binding = feeds::bind_program(
+            p,
+            inputs.keys(),
+            |name, declared| inputs.get(name).map(|v| (B::dtype(v, declared), B::shape(v))),
+            |b| self.params.get(&b).map(B::shape),
+        )?;
+        let mut values: Vec<Option<B::Value>> = vec![None; p.buffers.len()];
+        for (b, buf) in p.buffers.iter().enumerate() {
+            match &buf.kind {
+                BufferKind::Input(name) => values[b] = inputs.get(name).cloned(),
+                BufferKind::Constant(op) if !self.params.contains_key(&b) => {
+                    let shape = concrete(&buf.ty.shape.0, &binding)
+                        .map_err(|sym| EvalError::UnboundSymbol { place: self.buffer_place(b), sym })?;
+                    values[b] = Some(self.constant(b, op, &shape)?);
+                }
+                _ => {}
+            }
+        }
+        self.backend.install(|| -> Result<(), B::Error> {
+            for (k, kernel) in p.kernels.iter().enumerate() {
+                if self.precomputed.contains(&k) {
+                    continue;
+                }
+                let start = Instant::now();
+                let shape = concrete(&p.buffers[kernel.output].ty.shape.0, &binding)
+                    .map_err(|sym| EvalError::UnboundSymbol { place: self.place(k), sym })?;
+                let args: Vec<&B::Value> = kernel
+                    .inputs
+                    .iter()
+                    .map(|&i| values[i].as_ref().or_else(|| self.params.get(&i)).ok_or_else(|| self.lost(k, i)))
+                    .collect::<Result<_, _>>()?;
+                let (v, fallback) = self.exec(k, &args, &shape)?;
+                values[kernel.output] = Some(v);
+                for &dead in &p.plan.frees_after[k] {
+                    values[dead] = None;
+                }
+                if let Some(t) = times.as_deref_mut() {
+                    t.push(KernelTime {
+                        op: kernel.name.clone(),
+                        provenance: kernel.provenance.clone(),
+                        time: start.elapsed(),
+                        fallback,
+                    });
+                }
+            }
+            Ok(())
+        })?;
+        p.outputs
+            .iter()
+            .map(|(name, b)| {
+                let v = values[*b].as_ref().or_else(|| self.params.get(b));
+                let v = v.ok_or_else(|| EvalError::Runtime {
+                    place: self.buffer_place(*b),
+                    message: format!("internal error: output `{name}` was freed before the end"),
+                })?;
+                Ok((name.clone(), v.clone()))
+            })
+            .collect()
+    }
+
+    /// Upload host inputs, run, and download the outputs.
+    pub fn run_host(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        times: Option<&mut Vec<KernelTime>>,
+    ) -> Result<Vec<(String, HostTensor)>, B::Error> {
+        let mut on_target = HashMap::with_capacity(inputs.len());
+        for (name, t) in inputs {
+            let place = match self.program.buffers.iter().position(|b| b.kind == BufferKind::Input(name.clone())) {
+                Some(b) => self.buffer_place(b),
+                None => Place { node: 0, op: "input".into(), provenance: name.clone() },
+            };
+            on_target.insert(name.clone(), self.backend.upload(t.clone(), &place)?);
+        }
+        let out = self.run(&on_target, times)?;
+        out.into_iter()
+            .zip(&self.program.outputs)
+            .map(|((name, v), (_, b))| {
+                let host = self.backend.download(&v, self.program.buffers[*b].ty.dtype, &self.buffer_place(*b))?;
+                Ok((name, host))
+            })
+            .collect()
+    }
+
+    /// Kernel `k` on `args` into a value of `shape`: the target's kernel when it has one,
+    /// else the reference implementation. Returns whether the fallback ran.
+    fn exec(&self, k: usize, args: &[&B::Value], shape: &[usize]) -> Result<(B::Value, bool), B::Error> {
+        let kernel = &self.program.kernels[k];
+        let dtype = self.program.buffers[kernel.output].ty.dtype;
+        let place = self.place(k);
+        let (v, fallback) = match self.backend.run_kernel(kernel, args, dtype, shape, &place)? {
+            Some(v) => (v, false),
+            None => {
+                let hosts: Vec<HostTensor> = args
+                    .iter()
+                    .zip(&kernel.inputs)
+                    .map(|(a, &i)| self.backend.download(a, self.program.buffers[i].ty.dtype, &place))
+                    .collect::<Result<_, _>>()?;
+                let refs: Vec<&HostTensor> = hosts.iter().collect();
+                let t = crate::reference::eval_op(&kernel.op, &refs, dtype, shape)
+                    .map_err(|message| EvalError::Runtime { place: place.clone(), message })?;
+                (self.backend.upload(t, &place)?, true)
+            }
+        };
+        if B::shape(&v) != shape {
+            let message = format!("internal error: kernel produced {:?}, expected {shape:?}", B::shape(&v));
+            return Err(EvalError::Runtime { place, message }.into());
+        }
+        Ok((v, fallback))
+    }
+
+    /// A constant buffer's value (made on the host, as the reference defines it).
+    fn constant(&self, b: usize, op: &Op, shape: &[usize]) -> Result<B::Value, B::Error> {
+        let buf = &self.program.buffers[b];
+        let t = crate::reference::eval_source(op, buf.ty.dtype, shape)
+            .map_err(|message| EvalError::Runtime { place: self.buffer_place(b), message })?;
+        self.backend.upload(t, &self.buffer_place(b))
+    }
+
+    /// Where kernel `k` is: its output node, op and module path.
+    pub fn place(&self, k: usize) -> Place {
+        let kernel = &self.program.kernels[k];
+        Place { node: kernel.output, op: kernel.name.clone(), provenance: kernel.provenance.clone() }
+    }
+
+    /// Where buffer `b` is.
+    pub fn buffer_place(&self, b: usize) -> Place {
+        let buf = &self.program.buffers[b];
+        let op = match &buf.kind {
+            BufferKind::Constant(op) => op.name().to_string(),
+            BufferKind::Input(_) => "input".to_string(),
+            BufferKind::Param(_) => "param".to_string(),
+            BufferKind::Intermediate => "buffer".to_string(),
+        };
+        Place { node: b, op, provenance: buf.provenance.clone() }
+    }
+
+    /// An operand that should be live but is not: a memory plan that freed it too early.
+    fn lost(&self, k: usize, b: usize) -> EvalError {
+        EvalError::Runtime {
+            place: self.place(k),
+            message: format!("internal error: operand buffer {b} is not live (freed before its last use)"),
+        }
+    }
+}

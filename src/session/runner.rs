@@ -1,0 +1,190 @@
+//! Each target's compiled program behind one trait, so that the session drives them alike:
+//! bind, run, profile, update parameters in place. A target without some ability says so with
+//! the trait's default (`None` or `false`), never by a silent wrong answer.
+
+use crate::Result;
+use rustral_ir::Graph;
+use rustral_lowering::Program;
+use rustral_runtime::HostTensor;
+use rustral_runtime::cpu::{CpuProgram, KernelTime, Outputs, Storage};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// A compiled program of some target.
+pub(crate) trait Runner {
+    /// The lowered program (None on the reference target, which runs the graph).
+    fn program(&self) -> Option<&Program>;
+
+    /// Kernels dispatched per run.
+    fn dispatches(&self) -> Option<usize>;
+
+    /// Bind parameter values (checked against their declarations).
+    fn bind(&mut self, params: &HashMap<String, HostTensor>) -> Result<()>;
+
+    /// Run on named inputs; outputs in order.
+    fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs>;
+
+    /// Run `1 + repeat` times and time the last `repeat` (whole runs, transfers included,
+    /// unless the target can keep inputs resident).
+    fn run_timed(&self, inputs: &HashMap<String, HostTensor>, repeat: usize) -> Result<(Outputs, Vec<Duration>)> {
+        let mut out = self.run(inputs)?;
+        let mut times = Vec::with_capacity(repeat);
+        for _ in 0..repeat {
+            let start = Instant::now();
+            out = self.run(inputs)?;
+            times.push(start.elapsed());
+        }
+        Ok((out, times))
+    }
+
+    /// Run and time every kernel; None where the target does not time kernels.
+    fn profile(&self, _inputs: &HashMap<String, HostTensor>) -> Result<Option<Vec<KernelTime>>> {
+        Ok(None)
+    }
+
+    /// Change f32 parameters in place and recompute what depends on them; false where the
+    /// target cannot (bind new values instead).
+    fn update_params(&mut self, _f: &mut dyn FnMut(&str, &mut [f32])) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// The Candle program, on the Candle target.
+    #[cfg(feature = "candle")]
+    fn candle(&self) -> Option<&rustral_runtime::candle::CandleProgram> {
+        None
+    }
+
+    /// The wgpu program, on the WGSL target.
+    #[cfg(feature = "wgsl")]
+    fn wgpu(&self) -> Option<&rustral_runtime::wgpu::WgpuProgram> {
+        None
+    }
+}
+
+/// The reference interpreter over the optimised graph.
+pub(crate) struct Reference {
+    pub(crate) graph: Graph,
+    pub(crate) params: HashMap<String, HostTensor>,
+}
+
+impl Runner for Reference {
+    fn program(&self) -> Option<&Program> {
+        None
+    }
+
+    fn dispatches(&self) -> Option<usize> {
+        None
+    }
+
+    fn bind(&mut self, params: &HashMap<String, HostTensor>) -> Result<()> {
+        self.params = params.clone();
+        Ok(())
+    }
+
+    fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs> {
+        let mut feeds = self.params.clone();
+        feeds.extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
+        Ok(rustral_runtime::reference::evaluate(&self.graph, &feeds)?)
+    }
+}
+
+impl Runner for CpuProgram {
+    fn program(&self) -> Option<&Program> {
+        Some(CpuProgram::program(self))
+    }
+
+    fn dispatches(&self) -> Option<usize> {
+        Some(CpuProgram::dispatches(self))
+    }
+
+    fn bind(&mut self, params: &HashMap<String, HostTensor>) -> Result<()> {
+        Ok(self.bind_params(params)?)
+    }
+
+    fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs> {
+        Ok(CpuProgram::run(self, inputs)?)
+    }
+
+    /// Inputs are converted to CPU storage once, outside the timing.
+    fn run_timed(&self, inputs: &HashMap<String, HostTensor>, repeat: usize) -> Result<(Outputs, Vec<Duration>)> {
+        let storage: HashMap<String, Storage> =
+            inputs.iter().map(|(n, t)| (n.clone(), Storage::from_host(t.clone()))).collect();
+        let mut out = self.run_storage(&storage)?;
+        let mut times = Vec::with_capacity(repeat);
+        for _ in 0..repeat {
+            let start = Instant::now();
+            out = self.run_storage(&storage)?;
+            times.push(start.elapsed());
+        }
+        Ok((out.into_iter().map(|(n, s)| (n, s.to_host())).collect(), times))
+    }
+
+    fn profile(&self, inputs: &HashMap<String, HostTensor>) -> Result<Option<Vec<KernelTime>>> {
+        Ok(Some(self.run_profiled(inputs)?.1))
+    }
+
+    fn update_params(&mut self, f: &mut dyn FnMut(&str, &mut [f32])) -> Result<bool> {
+        Ok(CpuProgram::update_params(self, f)?)
+    }
+}
+
+#[cfg(feature = "candle")]
+impl Runner for rustral_runtime::candle::CandleProgram {
+    fn program(&self) -> Option<&Program> {
+        Some(rustral_runtime::candle::CandleProgram::program(self))
+    }
+
+    fn dispatches(&self) -> Option<usize> {
+        Some(rustral_runtime::candle::CandleProgram::dispatches(self))
+    }
+
+    fn bind(&mut self, params: &HashMap<String, HostTensor>) -> Result<()> {
+        Ok(self.bind_params(params)?)
+    }
+
+    fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs> {
+        Ok(rustral_runtime::candle::CandleProgram::run(self, inputs)?)
+    }
+
+    fn profile(&self, inputs: &HashMap<String, HostTensor>) -> Result<Option<Vec<KernelTime>>> {
+        Ok(Some(self.run_profiled(inputs)?.1))
+    }
+
+    fn candle(&self) -> Option<&rustral_runtime::candle::CandleProgram> {
+        Some(self)
+    }
+}
+
+/// The WGSL program and the lowered program it came from.
+#[cfg(feature = "wgsl")]
+pub(crate) struct Wgsl {
+    pub(crate) gpu: rustral_runtime::wgpu::WgpuProgram,
+    pub(crate) program: Program,
+}
+
+#[cfg(feature = "wgsl")]
+impl Runner for Wgsl {
+    fn program(&self) -> Option<&Program> {
+        Some(&self.program)
+    }
+
+    fn dispatches(&self) -> Option<usize> {
+        Some(self.gpu.dispatches())
+    }
+
+    fn bind(&mut self, params: &HashMap<String, HostTensor>) -> Result<()> {
+        Ok(self.gpu.bind_params(params)?)
+    }
+
+    fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Outputs> {
+        Ok(self.gpu.run(inputs)?)
+    }
+
+    fn profile(&self, inputs: &HashMap<String, HostTensor>) -> Result<Option<Vec<KernelTime>>> {
+        Ok(Some(self.gpu.profile(inputs)?))
+    }
+
+    fn wgpu(&self) -> Option<&rustral_runtime::wgpu::WgpuProgram> {
+        Some(&self.gpu)
+    }
+}
