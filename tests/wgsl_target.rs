@@ -1,76 +1,14 @@
-//! The WGSL target against the reference interpreter, on whatever adapter wgpu finds (Mesa's
-//! software Vulkan driver in CI): every model at O0 and O2, random graphs, data-dependent
-//! errors, limits, and programs written to disk and run from there.
+//! The WGSL target's own checks, on whatever adapter wgpu finds (Mesa's software Vulkan
+//! driver in CI; every model and random graphs run on every target in `targets.rs`):
+//! data-dependent errors, limits, and programs written to disk and run from there.
 
-use proptest::prelude::*;
 use rustral::frontend::ParamStore;
 use rustral::ir::DType;
 use rustral::prelude::*;
 use rustral::runtime::reference::evaluate;
-use std::collections::HashMap;
 
 mod common;
-use common::{every_model_matches_the_reference, inputs, max_error, models, random_graph_feeds, wgsl_available};
-
-/// Tolerance: 1e-4 absolute + 1e-4 relative on every output value (f32 kernels accumulating in
-/// f32, polynomial erf/tanh).
-#[test]
-fn every_model_matches_the_reference_at_o0_and_o2() {
-    if wgsl_available() {
-        every_model_matches_the_reference(&Target::Wgsl);
-    }
-}
-
-/// True when every value the graph computes is one WGSL represents portably: floats finite
-/// (WGSL lets an implementation assume NaN and infinities never occur, and lavapipe folds
-/// `x * 0` to 0), integers within 2^24 in magnitude (the target computes in f32 and stores
-/// i64 as i32, WGSL having no 64-bit integers). These are the target's documented limits.
-/// Values inside fused bodies count too: each body's prefixes become extra outputs.
-fn values_are_portable(g: &rustral::ir::Graph, feeds: &HashMap<String, HostTensor>) -> bool {
-    let mut all = g.clone();
-    let order = all.topo_order().unwrap();
-    for (i, id) in order.iter().enumerate() {
-        let _ = all.set_output(&format!("node {i}"), *id);
-        if let rustral::ir::Op::FusedElementwise { body } = all.node(*id).unwrap().op.clone() {
-            let operands = all.operands(*id);
-            for j in 0..body.nodes.len().saturating_sub(1) {
-                let prefix = rustral::ir::ElementwiseExpr { nodes: body.nodes[..=j].to_vec() };
-                if let Ok(p) = all.add(rustral::ir::Op::FusedElementwise { body: prefix }, &operands, "") {
-                    let _ = all.set_output(&format!("node {i} body {j}"), p);
-                }
-            }
-        }
-    }
-    let Ok(out) = evaluate(&all, feeds) else { return false };
-    out.iter().all(|(_, t)| {
-        let limit = if t.dtype.is_int() { 2f64.powi(24) } else { f64::MAX };
-        t.to_vec().iter().all(|v| v.abs() <= limit)
-    })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
-
-    /// Random graphs from the passes' property tests, at O0 and O2, against the reference on
-    /// the unoptimised graph. Tolerance: 1e-3 absolute + 1e-3 relative (as on the CPU target:
-    /// chains of transcendental ops in f32; f64 values are f32 here).
-    #[test]
-    fn random_graphs_match_the_reference(g in rustral::ir::testing::arb_graph(20)) {
-        if !wgsl_available() {
-            return Ok(());
-        }
-        let feeds = random_graph_feeds(&g);
-        let Ok(want) = evaluate(&g, &feeds.all) else { return Ok(()) };
-        prop_assume!(values_are_portable(&g, &feeds.all));
-        let free: Vec<(&str, HostTensor)> = feeds.inputs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
-        for level in [OptLevel::O0, OptLevel::O2] {
-            let mut s = Session::compile(&g, Target::Wgsl, &CompileOptions { level, ..CompileOptions::default() }).unwrap();
-            s.bind(&feeds.store).unwrap();
-            let got = s.run(&free).unwrap_or_else(|e| panic!("{level:?}: {e}"));
-            max_error(&want, &got, 1e-3, 1e-3, &format!("wgsl {level:?} on\n{}", rustral::ir::print(&g)));
-        }
-    }
-}
+use common::{inputs, max_error, models, wgsl_available};
 
 /// The tiny BERT (gathers, masks, LayerNorm, attention) written to disk: program.json
 /// follows its schema, every kernel has its shader file, two writes are byte-identical, and

@@ -1,0 +1,163 @@
+//! Tests written once and run on every target: `on_every_target!` instantiates each body for
+//! the CPU target, the Candle target's CPU device and the WGSL target (on whatever adapter
+//! wgpu finds; Mesa's software Vulkan driver in CI), as candle's `test_device!` does. Every
+//! result is checked against the reference interpreter on the unoptimised graph.
+
+use proptest::prelude::*;
+use rustral::frontend::Traced;
+use rustral::ir::{DType, Dim, Graph, Op, TensorType, UnaryOp};
+use rustral::prelude::*;
+use rustral::runtime::cpu::Elementwise;
+use rustral::runtime::reference::evaluate;
+use std::collections::HashMap;
+
+mod common;
+use common::{every_model_matches_the_reference, max_error, random_graph_feeds, wgsl_available};
+
+/// `fn name(target) { body }` becomes a module `name` with one test per target.
+macro_rules! on_every_target {
+    ($($(#[$meta:meta])* fn $name:ident($target:ident) $body:block)*) => {$(
+        $(#[$meta])*
+        mod $name {
+            use super::*;
+
+            fn body($target: &Target) $body
+
+            #[test]
+            fn cpu() {
+                body(&Target::Cpu)
+            }
+
+            #[test]
+            fn candle_cpu() {
+                body(&Target::Candle(rustral::runtime::candle::Device::Cpu))
+            }
+
+            #[test]
+            fn wgsl() {
+                if wgsl_available() {
+                    body(&Target::Wgsl)
+                }
+            }
+        }
+    )*};
+}
+
+/// The pipelines a target is checked at: O0 and O2, and on the CPU target O2 with fused
+/// elementwise bodies both compiled by the JIT and interpreted.
+fn modes(target: &Target) -> Vec<(OptLevel, Elementwise)> {
+    let mut m = vec![(OptLevel::O0, Elementwise::Jit), (OptLevel::O2, Elementwise::Jit)];
+    if matches!(target, Target::Cpu) {
+        m.push((OptLevel::O2, Elementwise::Interpreted));
+    }
+    m
+}
+
+fn is_wgsl(target: &Target) -> bool {
+    matches!(target, Target::Wgsl)
+}
+
+/// True when every value the graph computes is one WGSL represents portably: floats finite
+/// (WGSL lets an implementation assume NaN and infinities never occur, and lavapipe folds
+/// `x * 0` to 0), integers within 2^24 in magnitude (the target computes in f32 and stores
+/// i64 as i32, WGSL having no 64-bit integers). These are the target's documented limits.
+/// Values inside fused bodies count too: each body's prefixes become extra outputs.
+fn values_are_portable(g: &Graph, feeds: &HashMap<String, HostTensor>) -> bool {
+    let mut all = g.clone();
+    let order = all.topo_order().unwrap();
+    for (i, id) in order.iter().enumerate() {
+        let _ = all.set_output(&format!("node {i}"), *id);
+        if let Op::FusedElementwise { body } = all.node(*id).unwrap().op.clone() {
+            let operands = all.operands(*id);
+            for j in 0..body.nodes.len().saturating_sub(1) {
+                let prefix = rustral::ir::ElementwiseExpr { nodes: body.nodes[..=j].to_vec() };
+                if let Ok(p) = all.add(Op::FusedElementwise { body: prefix }, &operands, "") {
+                    let _ = all.set_output(&format!("node {i} body {j}"), p);
+                }
+            }
+        }
+    }
+    let Ok(out) = evaluate(&all, feeds) else { return false };
+    out.iter().all(|(_, t)| {
+        let limit = if t.dtype.is_int() { 2f64.powi(24) } else { f64::MAX };
+        t.to_vec().iter().all(|v| v.abs() <= limit)
+    })
+}
+
+/// Random graphs from the passes' property tests against the reference on the unoptimised
+/// graph, at every mode of the target. Tolerance: 1e-3 absolute + 1e-3 relative (chains of
+/// transcendental ops in f32). On WGSL only graphs whose values are portable count.
+fn random_graph_matches(target: &Target, g: &Graph) -> Result<(), TestCaseError> {
+    let t = Traced { graph: g.clone(), params: vec![] };
+    let feeds = random_graph_feeds(g);
+    let Ok(want) = evaluate(g, &feeds.all) else { return Ok(()) };
+    if is_wgsl(target) {
+        prop_assume!(values_are_portable(g, &feeds.all));
+    }
+    let free: Vec<(&str, HostTensor)> = feeds.inputs.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    for (level, elementwise) in modes(target) {
+        let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
+        let mut s = Session::compile(&t.graph, target.clone(), &options).unwrap();
+        s.bind(&feeds.store).unwrap();
+        let got = s.run(&free).unwrap_or_else(|e| panic!("{target:?} {level:?}: {e}"));
+        let what = format!("{target:?} {level:?} {elementwise:?} on\n{}", rustral::ir::print(g));
+        max_error(&want, &got, 1e-3, 1e-3, &what);
+    }
+    Ok(())
+}
+
+/// Values every unary op is run on: its domain's edges, tiny and large magnitudes, and (off
+/// WGSL, whose implementations may assume no NaN or infinity) non-finite inputs.
+fn special_values(target: &Target) -> Vec<f64> {
+    let mut v = vec![-20.0, -3.5, -1.0, -1e-8, 0.0, 1e-8, 0.5, 1.0, 3.5, 20.0];
+    if !is_wgsl(target) {
+        v.extend([-100.0, 100.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN]);
+    }
+    v
+}
+
+/// Every unary op as one graph with one output per op (fused into one elementwise body at
+/// O2, one kernel each at O0).
+fn every_unary_op() -> Graph {
+    let mut g = Graph::new("unary");
+    let x = g.input("x", TensorType::new(DType::F32, vec![Dim::sym("n")])).unwrap();
+    for u in UnaryOp::ALL {
+        let y = g.add(Op::Unary(u), &[x], u.name()).unwrap();
+        g.set_output(u.name(), y).unwrap();
+    }
+    g
+}
+
+on_every_target! {
+    /// Every model of `common::models` at O0 and O2 for two bindings of the symbolic dims.
+    /// Tolerance: 1e-4 absolute + 1e-4 relative on every output value.
+    fn every_model_matches_the_reference_at_o0_and_o2(target) {
+        every_model_matches_the_reference(target);
+    }
+
+    /// 120 random graphs (48 on the WGSL target, whose software driver is slow), every mode.
+    fn random_graphs_match_the_reference(target) {
+        let cases = if is_wgsl(target) { 48 } else { 120 };
+        let config = ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() };
+        proptest!(config, |(g in rustral::ir::testing::arb_graph(20))| {
+            random_graph_matches(target, &g)?;
+        });
+    }
+
+    /// Every unary op on the special values, against the reference in f64 rounded to f32.
+    /// Tolerance: 2e-6 absolute + 2e-5 relative (polynomial exp/tanh/erf, WGSL's `sin`/`cos`
+    /// of 20 radians); NaN must be NaN and infinities exact.
+    fn unary_ops_on_special_values_match_the_reference(target) {
+        let g = every_unary_op();
+        let values = special_values(target);
+        let x = HostTensor::new(DType::F32, &[values.len()], values.clone()).unwrap();
+        let want = evaluate(&g, &HashMap::from([("x".to_string(), x.clone())])).unwrap();
+        for (level, elementwise) in modes(target) {
+            let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
+            let mut s = Session::compile(&g, target.clone(), &options).unwrap();
+            s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+            let got = s.run(&[("x", x.clone())]).unwrap();
+            max_error(&want, &got, 2e-6, 2e-5, &format!("{target:?} {level:?} {elementwise:?} on {values:?}"));
+        }
+    }
+}
