@@ -148,6 +148,8 @@ unary_methods! {
     sin => Sin;
     /// Cosine.
     cos => Cos;
+    /// `log(1 + e^x)`, a smooth ReLU.
+    softplus => Softplus;
 }
 
 /// Elementwise binary methods (numpy broadcasting), one per IR binary op.

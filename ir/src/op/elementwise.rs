@@ -33,11 +33,14 @@ pub enum UnaryOp {
     Sin,
     /// Cosine of radians (float only).
     Cos,
+    /// `log(1 + e^x)`, a smooth ReLU (float only); computed as `max(x, 0) + log1p(e^-|x|)`,
+    /// which neither overflows for large `x` nor loses the tail for very negative `x`.
+    Softplus,
 }
 
 impl UnaryOp {
     /// Every unary op.
-    pub const ALL: [UnaryOp; 13] = [
+    pub const ALL: [UnaryOp; 14] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Exp,
@@ -51,6 +54,7 @@ impl UnaryOp {
         UnaryOp::Erf,
         UnaryOp::Sin,
         UnaryOp::Cos,
+        UnaryOp::Softplus,
     ];
 
     /// Text name.
@@ -69,6 +73,7 @@ impl UnaryOp {
             UnaryOp::Erf => "erf",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
+            UnaryOp::Softplus => "softplus",
         }
     }
 

@@ -134,6 +134,10 @@ impl UnaryOp {
             UnaryOp::Erf => x.erf(),
             UnaryOp::Sin => x.sin(),
             UnaryOp::Cos => x.cos(),
+            UnaryOp::Softplus => {
+                let relu = if x > T::ZERO { x } else { T::ZERO };
+                if x.is_nan() { x } else { relu + (-x.abs()).exp().ln_1p() }
+            }
         }
     }
 }
@@ -242,6 +246,27 @@ mod tests {
         assert_eq!(BinaryOp::Div.eval_typed(DType::I32, -7.0, 2.0), Ok(-3.0));
         assert_eq!(BinaryOp::Div.eval_typed(DType::I64, 1.0, 0.0), Err(INTEGER_DIVISION_BY_ZERO));
         assert!(BinaryOp::Div.eval_typed(DType::F32, 1.0, 0.0).unwrap().is_infinite());
+    }
+
+    /// Softplus against the direct `ln(1 + e^x)` where that is accurate in f64 (to 1e-13,
+    /// what rounding `1 + e^x` costs), and against its asymptotes (`x` above, `e^x` below)
+    /// where the direct form overflows or rounds the tail away.
+    #[test]
+    fn softplus_is_log_one_plus_exp_without_overflow_or_lost_tails() {
+        let s = |x: f64| UnaryOp::Softplus.eval(x);
+        for x in [-5.0, -1.0, -0.25, 0.0, 0.25, 1.0, 5.0] {
+            let want = (1.0 + f64::exp(x)).ln();
+            assert!((s(x) - want).abs() <= 1e-13 * want, "softplus({x}) = {} vs {want}", s(x));
+        }
+        assert_eq!(s(0.0), std::f64::consts::LN_2);
+        assert!((s(800.0) - 800.0).abs() < 1e-12, "no overflow above");
+        let tail = s(-50.0);
+        assert!((tail / f64::exp(-50.0) - 1.0).abs() < 1e-12, "relative accuracy in the tail: {tail}");
+        assert_eq!(s(f64::INFINITY), f64::INFINITY);
+        assert_eq!(s(f64::NEG_INFINITY), 0.0);
+        assert!(s(f64::NAN).is_nan());
+        let t = UnaryOp::Softplus.eval(-30.0f32);
+        assert!((f64::from(t) / f64::exp(-30.0) - 1.0).abs() < 1e-6, "f32 tail: {t}");
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub(crate) enum Helper {
     Sqrt,
     Tanh,
     Erf,
+    Softplus,
     Pow,
     MaxMin,
     ToInt,
@@ -31,7 +32,7 @@ impl Helper {
     pub fn deps(self) -> &'static [Helper] {
         match self {
             Helper::Special | Helper::Pcg => &[],
-            Helper::Tanh | Helper::Erf => &[Helper::Special, Helper::Exp],
+            Helper::Tanh | Helper::Erf | Helper::Softplus => &[Helper::Special, Helper::Exp],
             _ => &[Helper::Special],
         }
     }
@@ -114,6 +115,19 @@ fn erf_(x: f32) -> f32 {
         y = 1.0 - p * exp_(-a * a);
     }
     return select(y, -y, x < 0.0);
+}
+"
+            }
+            Helper::Softplus => {
+                "// softplus(x) = max(x, 0) + log1p(exp(-|x|)); log1p(u) as log(w) * u / (w - 1) with
+// w = 1 + u (Goldberg's correction), exact to rounding for small u, and u itself when w == 1.
+fn softplus_(x: f32) -> f32 {
+    if (is_nan(x)) { return x; }
+    let u = exp_(-abs(x));
+    let w = 1.0 + u;
+    var l = u;
+    if (w != 1.0) { l = log(w) * u / (w - 1.0); }
+    return max(x, 0.0) + l;
 }
 "
             }
@@ -287,6 +301,7 @@ pub(crate) fn unary(sh: &mut Shader, u: UnaryOp, x: &str) -> String {
         UnaryOp::Erf => call(sh, Helper::Erf, "erf_"),
         UnaryOp::Sin => format!("sin({x})"),
         UnaryOp::Cos => format!("cos({x})"),
+        UnaryOp::Softplus => call(sh, Helper::Softplus, "softplus_"),
     }
 }
 

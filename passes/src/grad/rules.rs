@@ -135,6 +135,10 @@ fn unary(b: &mut Builder, u: UnaryOp, x: NodeId, y: NodeId, dy: NodeId) -> R<Nod
             let c = b.un(UnaryOp::Cos, x)?;
             b.mul(dy, c)?
         }
+        UnaryOp::Softplus => {
+            let s = b.un(UnaryOp::Sigmoid, x)?;
+            b.mul(dy, s)?
+        }
         UnaryOp::Cos => {
             let s = b.un(UnaryOp::Sin, x)?;
             let t = b.mul(dy, s)?;

@@ -173,7 +173,19 @@ fn unary(u: UnaryOp, x: &Tensor) -> R<Tensor> {
         UnaryOp::Erf => x.erf(),
         UnaryOp::Sin => x.sin(),
         UnaryOp::Cos => x.cos(),
+        UnaryOp::Softplus => softplus(x),
     }
+}
+
+/// `max(x, 0) + log1p(e^-|x|)`; candle has no `log1p`, so below `u = 1e-4` it is the series
+/// `u - u^2/2 + u^3/3` (its error, under u^3/4 relative, is below f32 rounding), above it
+/// `log(1 + u)`.
+fn softplus(x: &Tensor) -> R<Tensor> {
+    let u = x.abs()?.neg()?.exp()?;
+    let series = u.sub(&u.sqr()?.affine(0.5, 0.0)?)?.add(&u.powf(3.0)?.affine(1.0 / 3.0, 0.0)?)?;
+    let direct = u.affine(1.0, 1.0)?.log()?;
+    let log1p = u.lt(1e-4)?.where_cond(&series, &direct)?;
+    keep_nan(x, &x.relu()?.add(&log1p)?)
 }
 
 fn binary(b: BinaryOp, x: &Tensor, y: &Tensor) -> R<Tensor> {
