@@ -4,6 +4,8 @@
 //! passes, lowered to targets and run ([`runtime`]). This facade re-exports the crates so
 //! that users depend on one; [`prelude`] holds what model code and tools use most.
 
+#![deny(missing_docs)]
+
 pub use rustral_frontend as frontend;
 pub use rustral_ir as ir;
 #[cfg(feature = "compiler")]

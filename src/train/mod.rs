@@ -4,9 +4,10 @@
 //! parameters and the optimizer state (safetensors) and resume to the same trajectory bit for
 //! bit on the CPU target.
 //!
-//! The optimizer runs on the host in f64 over the f32 parameters, which are rebound to the
-//! target after each step: simple and exact, but a round trip per step (keeping parameters and
-//! state resident on the device is not done yet).
+//! Parameters and optimizer state stay on the target between steps: on the CPU target the
+//! optimizer updates the bound f32 parameters in place (in f64 arithmetic, chunks in
+//! parallel), on the WGSL target an optimizer shader updates them on the device and only the
+//! loss is read back; other targets rebind the updated values after each step.
 
 mod manifest;
 
