@@ -300,7 +300,26 @@ fn generate(
         Op::MatMul => Ok(matmul::matmul(ctx, head, rustral_ir::Activation::None, operands, out)),
         Op::MatMulEpilogue { activation } => Ok(matmul::matmul(ctx, head, *activation, operands, out)),
         Op::Attention { scale, causal } => attention::attention(ctx, head, scale.0, *causal, operands, out),
-        _ => pointwise::pointwise(ctx, head, op, operands, out),
+        // One invocation per output element: elementwise ops, layout ops, and the sources made
+        // on the device (inputs, parameters and dense constants are bound, and say so there).
+        Op::Unary(_)
+        | Op::Binary(_)
+        | Op::Where
+        | Op::Cast { .. }
+        | Op::Gelu { .. }
+        | Op::Silu
+        | Op::FusedElementwise { .. }
+        | Op::Reshape { .. }
+        | Op::Permute { .. }
+        | Op::BroadcastTo { .. }
+        | Op::Slice { .. }
+        | Op::Concat { .. }
+        | Op::Gather { .. }
+        | Op::Input { .. }
+        | Op::Param { .. }
+        | Op::Constant { .. }
+        | Op::Iota { .. }
+        | Op::RandomUniform { .. } => pointwise::pointwise(ctx, head, op, operands, out),
     }
 }
 

@@ -176,7 +176,9 @@ pub(crate) fn pointwise(
             }
             "f32(pcg(i ^ key) >> 8u) / 16777216.0".into()
         }
-        other => return Err(format!("the WGSL target has no kernel for {}", other.name())),
+        // Bound, not computed (inputs, parameters, dense constants), or routed to another
+        // family's generator by `generate`.
+        other => return Err(format!("the WGSL target computes no per-element kernel for {}", other.name())),
     };
     let v = helpers::round(&mut sh, out.dtype, &value);
     let store = sh.store("i", &v);

@@ -1,7 +1,7 @@
 //! The e-class analysis: each class's tensor type (so rules can check shapes and axes) and,
 //! for splat constants, its value (so rules can check `0.5`, `sqrt(2)`, `eps`).
 
-use super::lang::{Table, decode};
+use super::lang::{Table, decode_with};
 use egg::{Analysis, DidMerge, EGraph, Id, SymbolLang};
 use rustral_ir::{TensorType, infer};
 
@@ -34,13 +34,15 @@ pub fn node_type(egraph: &TensorGraph, enode: &SymbolLang) -> Option<TensorType>
     if let Some(leaf) = egraph.analysis.table.leaves.get(&enode.op) {
         return Some(leaf.ty.clone());
     }
-    let ty = |id: Id| egraph[id].data.ty.clone();
     let splat = |id: Id| egraph[id].data.splat;
-    let (op, operands) = decode(enode, &ty, &splat)?;
-    let child_types: Vec<TensorType> = enode.children[..operands].iter().map(|&c| ty(c)).collect::<Option<_>>()?;
-    let refs: Vec<&TensorType> = child_types.iter().collect();
-    let placeholder = TensorType::new(rustral_ir::DType::F32, rustral_ir::Shape::scalar());
-    infer(&op, &refs, &placeholder).ok()
+    let rank = |id: Id| egraph[id].data.ty.as_ref().map(TensorType::rank);
+    decode_with(&egraph.analysis.table, enode, &rank, &splat, |op, operands| {
+        let refs: Vec<&TensorType> =
+            enode.children[..operands].iter().map(|&c| egraph[c].data.ty.as_ref()).collect::<Option<_>>()?;
+        let placeholder = TensorType::new(rustral_ir::DType::F32, rustral_ir::Shape::scalar());
+        infer(op, &refs, &placeholder).ok()
+    })
+    .flatten()
 }
 
 /// `le(cols, rows)` of an axis-1 iota `[1, s]` and an axis-0 iota `[s, 1]`.

@@ -1,12 +1,12 @@
 //! Extraction and rebuilding. The cost of a program is the memory it writes: each op costs
-//! its output's element count (symbolic dims counted as 64), layout ops cost 1 (they are
-//! views or cheap copies), leaves cost nothing. A fused op writes one output where its
-//! primitive form writes many, so the cheapest program is the fused one.
+//! its output's element count (symbolic dims counted as 64), reshapes, permutes, broadcasts
+//! and slices cost 1 (they are views or cheap copies), leaves cost nothing. A fused op writes
+//! one output where its primitive form writes many, so the cheapest program is the fused one.
 
 use super::analysis::{TensorGraph, node_type};
-use super::lang::decode;
+use super::lang::{decode, decode_with};
 use egg::{CostFunction, Extractor, Id, Language, SymbolLang};
-use rustral_ir::{Dim, Graph, NodeId};
+use rustral_ir::{Dim, Graph, NodeId, Op, TensorType};
 use std::collections::HashMap;
 
 /// Memory-traffic cost.
@@ -24,9 +24,16 @@ impl CostFunction<SymbolLang> for TrafficCost<'_> {
             match node_type(self.egraph, enode) {
                 None => f64::INFINITY,
                 Some(t) => {
-                    let s = enode.op.as_str();
-                    let layout = ["reshape", "permute", "broadcast_to", "slice"].iter().any(|p| s.starts_with(p));
-                    if layout {
+                    let rank = |c: Id| self.egraph[c].data.ty.as_ref().map(TensorType::rank);
+                    let splat = |c: Id| self.egraph[c].data.splat;
+                    let view = decode_with(&self.egraph.analysis.table, enode, &rank, &splat, |op, _| {
+                        matches!(
+                            op,
+                            Op::Reshape { .. } | Op::Permute { .. } | Op::BroadcastTo { .. } | Op::Slice { .. }
+                        )
+                    })
+                    .unwrap_or(false);
+                    if view {
                         1.0
                     } else {
                         1.0 + t
@@ -70,10 +77,10 @@ impl<'a> Rebuild<'a> {
         let node = if let Some(leaf) = self.egraph.analysis.table.leaves.get(&enode.op) {
             leaf.node
         } else {
-            let ty = |c: Id| self.egraph[c].data.ty.clone();
+            let rank = |c: Id| self.egraph[c].data.ty.as_ref().map(TensorType::rank);
             let splat = |c: Id| self.egraph[c].data.splat;
-            let (op, operands) =
-                decode(&enode, &ty, &splat).ok_or_else(|| format!("no op reads the symbol `{}`", enode.op))?;
+            let (op, operands) = decode(&self.egraph.analysis.table, &enode, &rank, &splat)
+                .ok_or_else(|| format!("no op reads the symbol `{}`", enode.op))?;
             let mut args = Vec::with_capacity(operands);
             for &c in &enode.children[..operands] {
                 args.push(self.build(g, c)?);

@@ -7,6 +7,7 @@
 
 use egg::{Id, Symbol, SymbolLang};
 use rustral_ir::{BinaryOp, Dim, F64, Graph, Literal, NodeId, Op, TensorType};
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 /// What a leaf symbol stands for.
@@ -25,11 +26,14 @@ pub struct Leaf {
     pub causal: bool,
 }
 
-/// Leaves by symbol.
+/// Leaves by symbol, and the ops already decoded from symbols.
 #[derive(Clone, Debug, Default)]
 pub struct Table {
     /// Symbol to leaf.
     pub leaves: HashMap<Symbol, Leaf>,
+    /// The op each (symbol, first operand rank) spells: decoding parses the attributes, and
+    /// saturation and extraction ask for the same few symbols many times over.
+    decoded: RefCell<HashMap<(Symbol, usize), Option<Op>>>,
 }
 
 impl Table {
@@ -84,19 +88,34 @@ pub fn encode(op: &Op, rank: usize) -> Option<String> {
 /// Rules write the ops they build in the same spelling, with one convention: an attribute
 /// computed from a matched constant (an eps, an attention scale) is written `$`, or `1/$` for
 /// its reciprocal, and the constant is the e-node's last child, which is not an operand
-/// (`(layer_norm{eps=$} ?x ?eps)`). `ty(i)` and `splat(i)` give child `i`'s type and value.
+/// (`(layer_norm{eps=$} ?x ?eps)`). `rank(i)` and `splat(i)` give child `i`'s rank and value.
 pub fn decode(
+    table: &Table,
     node: &SymbolLang,
-    ty: &dyn Fn(Id) -> Option<TensorType>,
+    rank: &dyn Fn(Id) -> Option<usize>,
     splat: &dyn Fn(Id) -> Option<f64>,
 ) -> Option<(Op, usize)> {
+    decode_with(table, node, rank, splat, |op, operands| (op.clone(), operands))
+}
+
+/// `f` of what [`decode`] gives, without copying the op out of the table's cache (the
+/// analysis and the cost model ask for every e-node's op many times).
+pub fn decode_with<R>(
+    table: &Table,
+    node: &SymbolLang,
+    rank: &dyn Fn(Id) -> Option<usize>,
+    splat: &dyn Fn(Id) -> Option<f64>,
+    f: impl FnOnce(&Op, usize) -> R,
+) -> Option<R> {
     let s = node.op.as_str();
     let n = node.children.len();
-    let rank = node.children.first().and_then(|&c| ty(c)).map_or(0, |t| t.rank());
+    let rank = node.children.first().and_then(|&c| rank(c)).unwrap_or(0);
     if s.contains('$') {
         let c = splat(*node.children.last()?)?;
         let text = s.replace("1/$", &F64(1.0 / c).to_string()).replace('$', &F64(c).to_string());
-        return Some((Op::from_symbol(&text, rank)?, n - 1));
+        return Some(f(&Op::from_symbol(&text, rank)?, n - 1));
     }
-    Some((Op::from_symbol(s, rank)?, n))
+    let mut decoded = table.decoded.borrow_mut();
+    let op = decoded.entry((node.op, rank)).or_insert_with(|| Op::from_symbol(s, rank)).as_ref()?;
+    Some(f(op, n))
 }
