@@ -84,8 +84,8 @@ fn run_case(path: &Path) -> Result<(), String> {
     Ok(())
 }
 
-#[test]
-fn every_rule_filetest_gives_its_expected_ir() {
+/// Every `.rir` file of `tests/filetests/`, sorted.
+fn case_paths() -> Vec<std::path::PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
@@ -94,6 +94,12 @@ fn every_rule_filetest_gives_its_expected_ir() {
         .collect();
     paths.sort();
     assert!(paths.len() >= 20, "the filetests are missing: {}", dir.display());
+    paths
+}
+
+#[test]
+fn every_rule_filetest_gives_its_expected_ir() {
+    let paths = case_paths();
     let failures: Vec<String> = paths
         .iter()
         .filter_map(|p| run_case(p).err().map(|e| format!("{}: {e}", p.file_name().unwrap().to_string_lossy())))
@@ -103,13 +109,7 @@ fn every_rule_filetest_gives_its_expected_ir() {
 
 #[test]
 fn every_fusion_family_has_a_filetest_and_a_near_miss() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/filetests");
-    let cases: Vec<Case> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "rir"))
-        .map(|p| read_case(&p))
-        .collect();
+    let cases: Vec<Case> = case_paths().iter().map(|p| read_case(p)).collect();
     for family in Family::ALL {
         let name = family.pass_name();
         let of = |near: bool| cases.iter().filter(|c| c.pass == name && (c.rule == "none") == near).count();

@@ -245,12 +245,8 @@ impl<B: Backend> Executor<B> {
             .collect()
     }
 
-    /// Upload host inputs, run, and download the outputs.
-    pub fn run_host(
-        &self,
-        inputs: &HashMap<String, HostTensor>,
-        times: Option<&mut Vec<KernelTime>>,
-    ) -> Result<Vec<(String, HostTensor)>, B::Error> {
+    /// Host inputs on the target, by name (an upload error names the input's buffer).
+    pub fn upload_inputs(&self, inputs: &HashMap<String, HostTensor>) -> Result<HashMap<String, B::Value>, B::Error> {
         let mut on_target = HashMap::with_capacity(inputs.len());
         for (name, t) in inputs {
             let place = match self.program.buffers.iter().position(|b| b.kind == BufferKind::Input(name.clone())) {
@@ -259,7 +255,16 @@ impl<B: Backend> Executor<B> {
             };
             on_target.insert(name.clone(), self.backend.upload(t.clone(), &place)?);
         }
-        let out = self.run(&on_target, times)?;
+        Ok(on_target)
+    }
+
+    /// Upload host inputs, run, and download the outputs.
+    pub fn run_host(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        times: Option<&mut Vec<KernelTime>>,
+    ) -> Result<Vec<(String, HostTensor)>, B::Error> {
+        let out = self.run(&self.upload_inputs(inputs)?, times)?;
         out.into_iter()
             .zip(&self.program.outputs)
             .map(|((name, v), (_, b))| {

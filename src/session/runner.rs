@@ -27,14 +27,7 @@ pub(crate) trait Runner {
     /// Run `1 + repeat` times and time the last `repeat` (whole runs, transfers included,
     /// unless the target can keep inputs resident).
     fn run_timed(&self, inputs: &HashMap<String, HostTensor>, repeat: usize) -> Result<(Outputs, Vec<Duration>)> {
-        let mut out = self.run(inputs)?;
-        let mut times = Vec::with_capacity(repeat);
-        for _ in 0..repeat {
-            let start = Instant::now();
-            out = self.run(inputs)?;
-            times.push(start.elapsed());
-        }
-        Ok((out, times))
+        timed(repeat, || self.run(inputs))
     }
 
     /// Run and time every kernel; None where the target does not time kernels.
@@ -59,6 +52,18 @@ pub(crate) trait Runner {
     fn wgpu(&self) -> Option<&rustral_runtime::wgpu::WgpuProgram> {
         None
     }
+}
+
+/// `run` once as a warm-up, then `repeat` timed times; the last outputs and the times.
+fn timed<T>(repeat: usize, mut run: impl FnMut() -> Result<T>) -> Result<(T, Vec<Duration>)> {
+    let mut out = run()?;
+    let mut times = Vec::with_capacity(repeat);
+    for _ in 0..repeat {
+        let start = Instant::now();
+        out = run()?;
+        times.push(start.elapsed());
+    }
+    Ok((out, times))
 }
 
 /// The reference interpreter over the optimised graph.
@@ -109,13 +114,7 @@ impl Runner for CpuProgram {
     fn run_timed(&self, inputs: &HashMap<String, HostTensor>, repeat: usize) -> Result<(Outputs, Vec<Duration>)> {
         let storage: HashMap<String, Storage> =
             inputs.iter().map(|(n, t)| (n.clone(), Storage::from_host(t.clone()))).collect();
-        let mut out = self.run_storage(&storage)?;
-        let mut times = Vec::with_capacity(repeat);
-        for _ in 0..repeat {
-            let start = Instant::now();
-            out = self.run_storage(&storage)?;
-            times.push(start.elapsed());
-        }
+        let (out, times) = timed(repeat, || Ok(self.run_storage(&storage)?))?;
         Ok((out.into_iter().map(|(n, s)| (n, s.to_host())).collect(), times))
     }
 

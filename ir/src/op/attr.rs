@@ -106,7 +106,7 @@ impl AttrWriter {
 
     fn put(&mut self, key: &str, value: std::fmt::Arguments<'_>) {
         if !self.text.is_empty() {
-            self.text.push_str(if self.rank.is_some() { "," } else { ", " });
+            self.text.push_str(self.sep());
         }
         write!(self.text, "{key}={value}").expect("write to String");
     }

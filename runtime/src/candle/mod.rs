@@ -159,16 +159,7 @@ impl CandleProgram {
     /// The inputs on the device, ready for `run_device` (what repeated runs and benchmarks
     /// upload once).
     pub fn upload_inputs(&self, inputs: &HashMap<String, HostTensor>) -> Result<HashMap<String, Tensor>, CandleError> {
-        let program = self.exec.program();
-        let mut out = HashMap::new();
-        for (name, v) in inputs {
-            let place = match program.buffers.iter().position(|b| b.kind == BufferKind::Input(name.clone())) {
-                Some(b) => self.exec.buffer_place(b),
-                None => Place { node: 0, op: "input".into(), provenance: name.clone() },
-            };
-            out.insert(name.clone(), self.exec.backend().upload(v.clone(), &place)?);
-        }
-        Ok(out)
+        self.exec.upload_inputs(inputs)
     }
 
     /// Run on inputs already on the device; outputs stay on the device.

@@ -24,7 +24,7 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
             let data = (0..n).map(|i| f64::from(pcg((i as u32) ^ key) >> 8) / f64::from(1u32 << 24)).collect();
             ArrayD::from_shape_vec(IxDyn(out_shape), data).map_err(|e| e.to_string())?
         }
-        Op::Unary(u) => a(0).mapv(|x| unary(*u, x)),
+        Op::Unary(u) => a(0).mapv(|x| u.eval(x)),
         Op::Binary(b) => {
             let (x, y) = (bcast(a(0), out_shape)?, bcast(a(1), out_shape)?);
             let operand_dtype = args[0].dtype;
@@ -106,11 +106,6 @@ pub(crate) fn pcg(v: u32) -> u32 {
 
 fn bcast<'a>(x: &'a ArrayD<f64>, shape: &[usize]) -> R<ArrayViewD<'a, f64>> {
     x.broadcast(IxDyn(shape)).ok_or_else(|| format!("cannot broadcast {:?} to {shape:?}", x.shape()))
-}
-
-/// The unary ops, in f64, as the IR defines them (`UnaryOp::eval`).
-pub(crate) fn unary(u: UnaryOp, x: f64) -> f64 {
-    u.eval(x)
 }
 
 /// The binary ops, in f64; `dtype` is the operands' (integer division truncates, and by
@@ -259,12 +254,12 @@ fn silu(x: f64) -> f64 {
 fn activate(act: Activation, x: f64) -> f64 {
     match act {
         Activation::None => x,
-        Activation::Relu => unary(UnaryOp::Relu, x),
+        Activation::Relu => UnaryOp::Relu.eval(x),
         Activation::GeluErf => gelu(GeluApprox::Erf, x),
         Activation::GeluTanh => gelu(GeluApprox::Tanh, x),
         Activation::Silu => silu(x),
         Activation::Tanh => x.tanh(),
-        Activation::Sigmoid => unary(UnaryOp::Sigmoid, x),
+        Activation::Sigmoid => UnaryOp::Sigmoid.eval(x),
     }
 }
 
@@ -330,7 +325,7 @@ fn fused(body: &ElementwiseExpr, args: &[&HostTensor], out_shape: &[usize]) -> R
         let (dtype, data) = match n {
             ExprNode::Arg(i) => (args[*i].dtype, bcast(&args[*i].data, out_shape)?.to_owned()),
             ExprNode::Const { value, dtype } => (*dtype, ArrayD::from_elem(IxDyn(out_shape), value.0)),
-            ExprNode::Unary(u, x) => (vals[*x].0, vals[*x].1.mapv(|v| unary(*u, v))),
+            ExprNode::Unary(u, x) => (vals[*x].0, vals[*x].1.mapv(|v| u.eval(v))),
             ExprNode::Binary(b, x, y) => {
                 let d = vals[*x].0;
                 let mut out = ArrayD::zeros(IxDyn(out_shape));
