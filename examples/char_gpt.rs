@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args
         .next()
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/DESIGN.md"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/DESIGN.md"));
     let steps: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(600);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let out = training::char_gpt::train(&text, steps, "The ", true)?;

@@ -1,5 +1,5 @@
 //! Gradients of the tiny GPT-2 and tiny LLaMA causal-LM losses, from the grad pass compiled for
-//! the CPU target at O2, against PyTorch autograd (`../shared/fixtures/tiny-*/grads.safetensors`).
+//! the CPU target at O2, against PyTorch autograd (`fixtures/tiny-*/grads.safetensors`).
 //! Tolerance: 1e-4 relative to the largest gradient of the model.
 
 use rustral::frontend::nn::cross_entropy;
@@ -11,7 +11,7 @@ use rustral::train::training_graph;
 use std::path::PathBuf;
 
 fn fixture(dir: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures").join(dir)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(dir)
 }
 
 fn input_ids(dir: &str) -> HostTensor {

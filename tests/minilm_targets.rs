@@ -1,5 +1,5 @@
 //! all-MiniLM-L6-v2 with its real weights on the CPU, Candle (CPU device) and WGSL targets at O0
-//! and O2, against sentence-transformers' embeddings (`../shared/fixtures/minilm`), tolerance 1e-4
+//! and O2, against sentence-transformers' embeddings (`fixtures/minilm`), tolerance 1e-4
 //! absolute.
 
 use rustral::frontend::{ParamStore, TraceOptions, trace_named};
@@ -10,7 +10,7 @@ use std::path::PathBuf;
 mod common;
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/minilm").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/minilm").join(name)
 }
 
 fn rows(v: &serde_json::Value) -> Vec<f64> {

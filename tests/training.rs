@@ -88,7 +88,7 @@ fn warmup_cosine_rises_linearly_then_falls_to_its_floor() {
 }
 
 fn digits_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/digits")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/digits")
 }
 
 /// Ten steps of AdamW on `target` in one go, or five, a checkpoint, a fresh trainer and five

@@ -2,7 +2,7 @@
 //! threads: LayerNorm [8,128,768], GELU tanh [8,128,3072], GEMM 1024^3, a GPT-2-small block
 //! (batch 8, seq 128) and MiniLM-L6 (batch 32, seq 128), plus a fused elementwise chain compiled
 //! by Cranelift against the interpreter. The workloads are `rustral_bench::workloads`; PyTorch's
-//! side is `../shared/fixtures/perf/torch_anchors.py` and `bench/python/torch_bench.py`.
+//! side is `fixtures/perf/torch_anchors.py` and `bench/python/torch_bench.py`.
 //!
 //! `cargo bench -p rustral-bench --bench cpu_target [-- FILTER]`
 

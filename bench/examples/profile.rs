@@ -34,7 +34,7 @@ fn main() {
             (t.expect("traces"), vec![("batch", 8), ("seq", 128)])
         }
         _ => {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/minilm/model_files/config.json");
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/minilm/model_files/config.json");
             let m = Bert { config: BertConfig::from_file(std::path::Path::new(path)).expect("config") };
             let t = trace_named(TraceOptions::default(), |ctx| {
                 let (ids, types, mask) = m.inputs(ctx)?;

@@ -1,6 +1,6 @@
 """PyTorch eager: one training step (forward, backward, AdamW) of a GPT-2-small block, batch 8 x
 seq 128, loss mean(y^2): the comparison for `cargo bench -p rustral-bench --bench train_step`.
-The block is the one in ../shared/fixtures/perf/torch_anchors.py.
+The block is the one in fixtures/perf/torch_anchors.py.
 
     python bench/python/train_step_torch.py --threads 2
 """

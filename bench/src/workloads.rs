@@ -168,7 +168,7 @@ pub fn gpt2_block() -> Traced {
 
 /// MiniLM-L6 (all-MiniLM-L6-v2's config) with mean pooling; symbolic batch and seq.
 pub fn minilm() -> Traced {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/fixtures/minilm/model_files/config.json");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../fixtures/minilm/model_files/config.json");
     let model = Bert { config: BertConfig::from_file(std::path::Path::new(path)).expect("MiniLM config") };
     trace_named(TraceOptions::default(), |ctx| {
         let (ids, types, mask) = model.inputs(ctx)?;

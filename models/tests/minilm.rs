@@ -1,5 +1,5 @@
 //! all-MiniLM-L6-v2 with its real pretrained weights against sentence-transformers
-//! (`../shared/fixtures/minilm`): tokenization, last hidden states and sentence embeddings.
+//! (`fixtures/minilm`): tokenization, last hidden states and sentence embeddings.
 //! Tolerances: 1e-4 absolute on every embedding and hidden value, cosine > 0.99999.
 //! The weights come from `scripts/fetch-minilm.sh`, which `.ci/run` runs first.
 

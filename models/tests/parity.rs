@@ -1,6 +1,6 @@
 //! Reference parity: our traced GPT-2 and LLaMA, run on the reference interpreter with the
 //! fixtures' weights, against the logits Hugging Face transformers computed
-//! (`../shared/fixtures/tiny-*`). Tolerance: 1e-4 absolute on every logit.
+//! (`fixtures/tiny-*`). Tolerance: 1e-4 absolute on every logit.
 
 mod common;
 use common::{feeds, fixture, ids, max_abs_diff, read_npy, run};

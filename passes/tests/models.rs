@@ -9,7 +9,7 @@ use rustral_passes::OptLevel;
 use std::path::PathBuf;
 
 fn fixture(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures").join(path)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures").join(path)
 }
 
 fn bert(config: BertConfig) -> Traced {

@@ -10,9 +10,9 @@ use rustral_runtime::HostTensor;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-/// `../shared/fixtures/<name>` beside the repository.
+/// `fixtures/<name>` in the repository.
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/fixtures").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures").join(name)
 }
 
 /// A float32 `.npy` file as f64 values with its shape.
