@@ -21,7 +21,9 @@ pub mod model_file;
 #[cfg(feature = "compiler")]
 mod session;
 #[cfg(feature = "compiler")]
-pub use session::{CompileOptions, Session, Target};
+pub use session::{CompileOptions, Session, State, Target};
+#[cfg(feature = "generate")]
+pub mod generate;
 #[cfg(feature = "compiler")]
 pub mod gradcheck;
 #[cfg(feature = "compiler")]

@@ -75,7 +75,33 @@ pub struct TraceOptions {
     pub shape: ShapePolicy,
     /// The graph's name.
     pub name: String,
+    /// Trace for generation with a KV cache of this many positions (see [`KvCache`]); None
+    /// traces the plain forward pass.
+    pub kv_cache: Option<usize>,
 }
+
+/// What a KV-cache trace adds to a causal LM's graph. Inputs: `position` (an i64 scalar, the
+/// index of the first new token) and, per attention layer, `past.{module path}.key` and
+/// `.value` of shape `[batch, kv_heads, capacity, head_dim]`. Outputs: the same caches
+/// written at `position..position + seq`, named `present.{module path}.key` / `.value`, which
+/// the next step feeds back as `past.*`. One trace serves prefill (`seq` symbolic) and decode
+/// (`seq` pinned to 1): positions come from the input, never from a recompile.
+#[derive(Clone, Debug)]
+pub struct KvCache {
+    /// Positions the cache holds.
+    pub capacity: usize,
+    /// The `position` input, declared on first use.
+    position: Option<Tensor>,
+    /// `(output name, tensor)` of the written caches, in trace order.
+    outputs: Vec<(String, Tensor)>,
+}
+
+/// The prefix of cache inputs (`past.h.0.attn.key`).
+pub const PAST: &str = "past.";
+/// The prefix of the written caches among the outputs (`present.h.0.attn.key`).
+pub const PRESENT: &str = "present.";
+/// The input holding the first new token's position.
+pub const POSITION: &str = "position";
 
 impl Default for TraceOptions {
     fn default() -> TraceOptions {
@@ -85,6 +111,7 @@ impl Default for TraceOptions {
             run_id: "run-0".into(),
             shape: ShapePolicy::symbolic(),
             name: "model".into(),
+            kv_cache: None,
         }
     }
 }
@@ -112,6 +139,8 @@ pub struct ForwardCtx {
     dropouts: u32,
     /// The `rng_step` input, declared by the first random op.
     step: Option<Tensor>,
+    /// The KV cache, when tracing for generation.
+    kv: Option<KvCache>,
 }
 
 /// The graph input holding the step number (an `i64` scalar) that random ops mix into their
@@ -182,7 +211,8 @@ impl ForwardCtx {
     /// A fresh context with an empty graph.
     pub fn new(options: TraceOptions) -> ForwardCtx {
         let state = TraceState { graph: Graph::new(options.name.clone()), scopes: Vec::new(), profiler: None };
-        ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0, step: None }
+        let kv = options.kv_cache.map(|capacity| KvCache { capacity, position: None, outputs: Vec::new() });
+        ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0, step: None, kv }
     }
 
     /// Train or inference.
@@ -324,8 +354,49 @@ impl ForwardCtx {
         (mixed >> 32) as u32
     }
 
-    /// Finish: set outputs and verify.
-    pub fn finish(self, outputs: Vec<(String, Tensor)>) -> Result<Traced> {
+    /// The KV cache's capacity when tracing for generation.
+    pub fn kv_capacity(&self) -> Option<usize> {
+        self.kv.as_ref().map(|kv| kv.capacity)
+    }
+
+    /// The position of the first token of this step (the `position` input, an i64 scalar),
+    /// when tracing with a KV cache.
+    pub fn position(&mut self) -> Result<Option<Tensor>> {
+        let declared = match &self.kv {
+            None => return Ok(None),
+            Some(kv) => kv.position.clone(),
+        };
+        if let Some(p) = declared {
+            return Ok(Some(p));
+        }
+        let p = self.input(POSITION, &[], DType::I64)?;
+        if let Some(kv) = &mut self.kv {
+            kv.position = Some(p.clone());
+        }
+        Ok(Some(p))
+    }
+
+    /// Declare the cache `past.{path}.{name}` of `[batch, heads, capacity, head_dim]`, write
+    /// `new: [batch, heads, seq, head_dim]` into it at the position, and return the written
+    /// cache (also a graph output, `present.{path}.{name}`). None without a KV cache.
+    pub fn cache(&mut self, name: &str, new: &Tensor) -> Result<Option<Tensor>> {
+        let Some(capacity) = self.kv_capacity() else { return Ok(None) };
+        let position = self.position()?.expect("a KV cache has a position");
+        let dims = [new.dim(0)?, new.dim(1)?, Dim::fixed(capacity), new.dim(3)?];
+        let key = format!("{}.{name}", self.path());
+        let past = self.input(&format!("{PAST}{key}"), &dims, new.dtype())?;
+        let written = self.scope("cache", |_| past.update_slice(new, &position, 2))?;
+        if let Some(kv) = &mut self.kv {
+            kv.outputs.push((format!("{PRESENT}{key}"), written.clone()));
+        }
+        Ok(Some(written))
+    }
+
+    /// Finish: set outputs (and a KV-cache trace's written caches after them) and verify.
+    pub fn finish(self, mut outputs: Vec<(String, Tensor)>) -> Result<Traced> {
+        if let Some(kv) = &self.kv {
+            outputs.extend(kv.outputs.iter().cloned());
+        }
         let mut state = self.state.borrow_mut();
         for (name, t) in &outputs {
             if !Rc::ptr_eq(&t.state, &self.state) {

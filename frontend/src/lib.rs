@@ -13,8 +13,8 @@ mod params;
 mod tensor;
 
 pub use ctx::{
-    ForwardCtx, Mode, Profiler, RNG_STEP, ShapePolicy, TraceEvent, TraceOptions, Traced, trace, trace_model,
-    trace_named,
+    ForwardCtx, KvCache, Mode, PAST, POSITION, PRESENT, Profiler, RNG_STEP, ShapePolicy, TraceEvent, TraceOptions,
+    Traced, trace, trace_model, trace_named,
 };
 pub use error::{Error, Result};
 pub use init::{Init, ParamSpec};

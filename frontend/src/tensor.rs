@@ -307,6 +307,19 @@ impl Tensor {
         self.record(Op::Gather { axis }, &[indices])
     }
 
+    /// `self` with `update` written at `position..` along `axis` (`position` an integer
+    /// scalar tensor): a KV cache growing by a step.
+    pub fn update_slice(&self, update: &Tensor, position: &Tensor, axis: isize) -> Result<Tensor> {
+        let axis = self.axis("update_slice", axis)?;
+        self.record(Op::UpdateSlice { axis }, &[update, position])
+    }
+
+    /// Attention of queries `self: [b, h, lq, d]` starting at `position` over a cache
+    /// `k: [b, kvh, lk, d]`, `v: [b, kvh, lk, dv]` (`Op::CachedAttention`).
+    pub fn cached_attention(&self, k: &Tensor, v: &Tensor, position: &Tensor, scale: f64) -> Result<Tensor> {
+        self.record(Op::CachedAttention { scale: rustral_ir::F64(scale) }, &[k, v, position])
+    }
+
     /// Softmax along `axis`, traced as primitives: `exp(x - max) / sum(exp(x - max))`.
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         let shifted = self.sub(&self.max(&[axis], true)?)?;

@@ -357,6 +357,68 @@ pub(crate) fn concat(args: &[&TensorType], axis: usize) -> Result<TensorType, Re
     Ok(TensorType { dtype: first.dtype, shape })
 }
 
+/// `update_slice`: `update` has `target`'s dtype, rank and dims but along `axis` (where it
+/// must not be longer); `position` is an integer scalar. The result is `target`'s type.
+pub(crate) fn update_slice(
+    target: &TensorType,
+    update: &TensorType,
+    position: &TensorType,
+    axis: usize,
+) -> Result<TensorType, Reason> {
+    check_axis(axis, target.rank())?;
+    same_dtype(target, update)?;
+    let same_other_dims = update.rank() == target.rank()
+        && (0..target.rank()).all(|i| i == axis || update.shape.0[i] == target.shape.0[i]);
+    if !same_other_dims {
+        return Err(format!("cannot write {} into {} along axis {axis}", update.shape, target.shape));
+    }
+    if let (Some(u), Some(t)) = (update.shape.0[axis].as_static(), target.shape.0[axis].as_static())
+        && u > t
+    {
+        return Err(format!("an update of {u} along axis {axis} cannot fit in {}", target.shape));
+    }
+    integer_scalar(position, "position")?;
+    Ok(target.clone())
+}
+
+/// `cached_attention`: rank-4 `q[b, h, lq, d]`, `k[b, kvh, lk, d]`, `v[b, kvh, lk, dv]` with
+/// `h` a multiple of `kvh`, and an integer scalar position; the result is `[b, h, lq, dv]`.
+pub(crate) fn cached_attention(args: &[&TensorType], scale: F64) -> Result<TensorType, Reason> {
+    if !scale.0.is_finite() {
+        return Err(format!("scale must be finite, found {scale}"));
+    }
+    let (q, k, v) = (args[0], args[1], args[2]);
+    for t in [q, k, v] {
+        if t.rank() != 4 {
+            return Err(format!("cached_attention operands need rank 4, found {}", t.shape));
+        }
+        same_dtype(q, t)?;
+    }
+    float(q.dtype, "cached_attention")?;
+    let [b, h, lq, d] = &q.shape.0[..] else { unreachable!("rank checked") };
+    let [bk, kvh, lk, dk] = &k.shape.0[..] else { unreachable!("rank checked") };
+    let [bv, kvh_v, lv, dv] = &v.shape.0[..] else { unreachable!("rank checked") };
+    if b != bk || b != bv || kvh != kvh_v || d != dk || lk != lv {
+        return Err(format!(
+            "q {}, k {}, v {} do not agree (batch, kv heads, head dims, lengths)",
+            q.shape, k.shape, v.shape
+        ));
+    }
+    match (h.as_static(), kvh.as_static()) {
+        (Some(h), Some(kvh)) if kvh > 0 && h % kvh == 0 => {}
+        _ => return Err(format!("query heads {h} must be a static multiple of key/value heads {kvh}")),
+    }
+    integer_scalar(args[3], "position")?;
+    Ok(TensorType { dtype: q.dtype, shape: Shape(vec![b.clone(), h.clone(), lq.clone(), dv.clone()]) })
+}
+
+fn integer_scalar(t: &TensorType, what: &str) -> Result<(), Reason> {
+    if t.rank() != 0 || !t.dtype.is_int() {
+        return Err(format!("{what} must be an integer scalar, found {t}"));
+    }
+    Ok(())
+}
+
 pub(crate) fn attention(args: &[&TensorType], scale: F64) -> Result<TensorType, Reason> {
     if !scale.0.is_finite() {
         return Err(format!("scale must be finite, found {scale}"));

@@ -160,6 +160,16 @@ pub enum Op {
         /// One past the last index kept.
         end: Dim,
     },
+    /// A dynamic update slice: operands `target, update, position` (an integer scalar read at
+    /// run time); the result is `target` with `update` written at
+    /// `position..position + update.shape[axis]` along `axis`, every other dim equal. A write
+    /// past the end is an error. This is how a KV cache grows by one step: targets write in
+    /// place when `target`'s buffer dies here, so the op is never fused, and passes keep each
+    /// write a node of its own.
+    UpdateSlice {
+        /// The written axis.
+        axis: usize,
+    },
     /// Join operands along `axis`; other dims must be equal and the joined dims static
     /// (unless there is a single operand).
     Concat {
@@ -207,6 +217,17 @@ pub enum Op {
         scale: F64,
         /// Mask future keys.
         causal: bool,
+    },
+    /// Attention over a KV cache: `q[b, h, lq, d]`, `k[b, kvh, lk, d]`, `v[b, kvh, lk, dv]` and
+    /// an integer scalar `position`, the index of the first query in the sequence. Query head
+    /// `n` reads key/value head `n / (h / kvh)` (grouped-query attention, `h` a multiple of
+    /// `kvh`); query `i` sees key `j` only when `j <= position + i`, so the keys from
+    /// `position + lq` on (the cache's unfilled rows) are never read, and the work is linear in
+    /// the filled length. `softmax(q k^T * scale) v` over the visible keys;
+    /// `position + lq > lk` is an error.
+    CachedAttention {
+        /// Multiplies the scores, usually `1/sqrt(d)`.
+        scale: F64,
     },
     /// `act(a @ b + bias)`: a matmul (as `MatMul`) with an optional bias broadcast to the
     /// output and an activation, computed while the output is hot. Operands `a, b[, bias]`.
@@ -304,6 +325,7 @@ impl Op {
             Op::Permute { .. } => decl("permute", 1, 1, Primitive, Layout),
             Op::BroadcastTo { .. } => decl("broadcast_to", 1, 1, Primitive, Layout),
             Op::Slice { .. } => decl("slice", 1, 1, Primitive, Layout),
+            Op::UpdateSlice { .. } => decl("update_slice", 3, 3, Primitive, Layout),
             Op::Concat { .. } => decl("concat", 1, ANY, Primitive, Layout),
             Op::Gather { .. } => decl("gather", 2, 2, Primitive, Layout),
             Op::LayerNorm { .. } => decl("layer_norm", 1, 3, Fused, Rows),
@@ -312,6 +334,7 @@ impl Op {
             Op::Gelu { .. } => decl("gelu", 1, 1, Fused, Pointwise),
             Op::Silu => decl("silu", 1, 1, Fused, Pointwise),
             Op::Attention { .. } => decl("attention", 3, 4, Fused, Attention),
+            Op::CachedAttention { .. } => decl("cached_attention", 4, 4, Primitive, Attention),
             Op::MatMulEpilogue { .. } => decl("matmul_epilogue", 2, 3, Fused, MatMul),
             Op::CrossEntropy => decl("cross_entropy", 2, 2, Fused, Rows),
             Op::FusedElementwise { .. } => decl("fused_elementwise", 1, ANY, Fused, Pointwise),
@@ -348,13 +371,16 @@ impl Op {
                 v.int("start", start);
                 v.dim("end", end);
             }
-            Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } => v.axis("axis", axis),
+            Op::Concat { axis } | Op::Gather { axis } | Op::Softmax { axis } | Op::UpdateSlice { axis } => {
+                v.axis("axis", axis)
+            }
             Op::LayerNorm { eps } | Op::RmsNorm { eps } => v.float("eps", eps),
             Op::Gelu { approx } => attr::choice(v, "approx", approx),
             Op::Attention { scale, causal } => {
                 v.float("scale", scale);
                 v.bool("causal", causal);
             }
+            Op::CachedAttention { scale } => v.float("scale", scale),
             Op::MatMulEpilogue { activation } => attr::choice(v, "activation", activation),
         }
     }
@@ -378,6 +404,7 @@ impl Op {
             Op::Permute { perm } => rule::permute(args[0], perm),
             Op::BroadcastTo { shape } => rule::broadcast_to(args[0], shape),
             Op::Slice { axis, start, end } => rule::slice(args[0], *axis, *start, end),
+            Op::UpdateSlice { axis } => rule::update_slice(args[0], args[1], args[2], *axis),
             Op::Concat { axis } => rule::concat(args, *axis),
             Op::Gather { axis } => rule::gather(args[0], args[1], *axis),
             Op::LayerNorm { eps } => rule::norm("layer_norm", *eps, &[1, 3], args),
@@ -385,6 +412,7 @@ impl Op {
             Op::Softmax { axis } => rule::softmax(*axis, args[0]),
             Op::Gelu { .. } | Op::Silu => rule::float_map(self.name(), args[0]),
             Op::Attention { scale, .. } => rule::attention(args, *scale),
+            Op::CachedAttention { scale } => rule::cached_attention(args, *scale),
             Op::MatMulEpilogue { activation } => rule::matmul_epilogue(*activation, args),
             Op::CrossEntropy => rule::cross_entropy(args[0], args[1]),
             Op::FusedElementwise { body } => rule::fused(body, args),
@@ -412,6 +440,7 @@ impl Op {
             Op::Permute { perm: vec![] },
             Op::BroadcastTo { shape: Shape(vec![]) },
             Op::Slice { axis: 0, start: 0, end: Dim::Static(0) },
+            Op::UpdateSlice { axis: 0 },
             Op::Concat { axis: 0 },
             Op::Gather { axis: 0 },
             Op::LayerNorm { eps: F64(0.0) },
@@ -420,6 +449,7 @@ impl Op {
             Op::Gelu { approx: GeluApprox::Erf },
             Op::Silu,
             Op::Attention { scale: F64(1.0), causal: false },
+            Op::CachedAttention { scale: F64(1.0) },
             Op::MatMulEpilogue { activation: Activation::None },
             Op::CrossEntropy,
             Op::FusedElementwise { body: ElementwiseExpr::default() },
@@ -520,17 +550,19 @@ mod tests {
             Op::Permute { .. } => 12,
             Op::BroadcastTo { .. } => 13,
             Op::Slice { .. } => 14,
-            Op::Concat { .. } => 15,
-            Op::Gather { .. } => 16,
-            Op::LayerNorm { .. } => 17,
-            Op::RmsNorm { .. } => 18,
-            Op::Softmax { .. } => 19,
-            Op::Gelu { .. } => 20,
-            Op::Silu => 21,
-            Op::Attention { .. } => 22,
-            Op::MatMulEpilogue { .. } => 23,
-            Op::CrossEntropy => 24,
-            Op::FusedElementwise { .. } => 25,
+            Op::UpdateSlice { .. } => 15,
+            Op::Concat { .. } => 16,
+            Op::Gather { .. } => 17,
+            Op::LayerNorm { .. } => 18,
+            Op::RmsNorm { .. } => 19,
+            Op::Softmax { .. } => 20,
+            Op::Gelu { .. } => 21,
+            Op::Silu => 22,
+            Op::Attention { .. } => 23,
+            Op::CachedAttention { .. } => 24,
+            Op::MatMulEpilogue { .. } => 25,
+            Op::CrossEntropy => 26,
+            Op::FusedElementwise { .. } => 27,
         }
     }
 
@@ -539,13 +571,13 @@ mod tests {
         let kinds = Op::kinds();
         let mut seen: Vec<usize> = kinds.iter().map(variant).collect();
         seen.dedup();
-        assert_eq!(seen, (0..=25).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
+        assert_eq!(seen, (0..=27).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
         let mut names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
         let n = names.len();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), n, "op names must be unique");
-        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 16);
+        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 18);
     }
 
     #[test]
@@ -588,6 +620,8 @@ mod tests {
             Op::LayerNorm { eps: F64(1e-5) },
             Op::Gelu { approx: GeluApprox::Tanh },
             Op::Attention { scale: F64(0.125), causal: true },
+            Op::CachedAttention { scale: F64(0.25) },
+            Op::UpdateSlice { axis: 2 },
             Op::MatMulEpilogue { activation: Activation::Silu },
             Op::RandomUniform { seed: 4_000_000_000 },
         ];

@@ -129,7 +129,7 @@ impl Gpt2 {
         ctx.input("input_ids", &[Dim::sym("batch"), Dim::sym("seq")], DType::I64)
     }
 
-    /// Logits `[batch, seq, vocab]`.
+    /// Logits `[batch, seq, vocab]` (with a KV cache: the last position's, `[batch, 1, vocab]`).
     pub fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
         let c = &self.config;
         let d = c.n_embd;
@@ -140,14 +140,21 @@ impl Gpt2 {
             let positions = ctx.scope("wpe", |ctx| {
                 let table =
                     ctx.param("weight", &[Dim::fixed(c.n_positions), Dim::fixed(d)], Init::Normal { std: 0.01 })?;
-                table.slice(0, 0, ids.dim(1)?)
+                match ctx.position()? {
+                    // Generation: the rows of this step's positions.
+                    Some(first) => {
+                        let steps = ctx.iota(&[ids.dim(1)?], 0, DType::I64)?.add(&first)?;
+                        table.gather(&steps, 0)
+                    }
+                    None => table.slice(0, 0, ids.dim(1)?),
+                }
             })?;
             let mut h = Dropout { p: c.embd_pdrop }.forward(ctx, &tokens.add(&positions)?)?;
             for i in 0..c.n_layer {
                 h = ctx.scope(&format!("h.{i}"), |ctx| block.forward(ctx, &h))?;
             }
             let h = LayerNorm::new("ln_f", d, c.layer_norm_epsilon).forward(ctx, &h)?;
-            Ok::<_, rustral_frontend::Error>((wte, h))
+            Ok::<_, rustral_frontend::Error>((wte, crate::last_position(ctx, &h)?))
         })?;
         ctx.scope("lm_head", |_| h.matmul(&wte.transpose(0, 1)?))
     }

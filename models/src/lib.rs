@@ -16,3 +16,16 @@ pub use gpt2::{Gpt2, Gpt2Config};
 pub use llama::{Llama, LlamaConfig};
 pub use minilm::{Batch, MiniLmError, find_minilm_dir, tokenize};
 pub use mlp::{MlpConfig, MlpModel};
+
+use rustral_frontend::{DType, ForwardCtx, Result, Tensor};
+
+/// With a KV cache, only the last position's hidden state goes on to the output head (`[batch,
+/// 1, d]`): generation samples from it alone, and the head's matmul is the largest of a step.
+/// Without one, `h` itself.
+pub(crate) fn last_position(ctx: &mut ForwardCtx, h: &Tensor) -> Result<Tensor> {
+    if ctx.kv_capacity().is_none() {
+        return Ok(h.clone());
+    }
+    let last = ctx.iota(&[h.dim(1)?], 0, DType::I64)?.max(&[0], true)?;
+    h.gather(&last, 1)
+}

@@ -37,6 +37,9 @@ pub struct LlamaConfig {
     /// Output head shares the token embedding.
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// Positions the model was trained for (the longest generation's prompt plus output).
+    #[serde(default)]
+    pub max_position_embeddings: Option<usize>,
 }
 
 /// `rope_parameters` of newer configs.
@@ -66,6 +69,7 @@ impl LlamaConfig {
             rope_theta: Some(10000.0),
             rope_parameters: None,
             tie_word_embeddings: false,
+            max_position_embeddings: Some(16),
         }
     }
 
@@ -87,7 +91,7 @@ impl Llama {
         ctx.input("input_ids", &[Dim::sym("batch"), Dim::sym("seq")], DType::I64)
     }
 
-    /// Logits `[batch, seq, vocab]`.
+    /// Logits `[batch, seq, vocab]` (with a KV cache: the last position's, `[batch, 1, vocab]`).
     pub fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
         let c = &self.config;
         let d = c.hidden_size;
@@ -127,7 +131,7 @@ impl Llama {
                 h = ctx.scope(&format!("layers.{i}"), |ctx| block.forward(ctx, &h))?;
             }
             let h = RmsNorm::new("norm", d, c.rms_norm_eps).forward(ctx, &h)?;
-            Ok::<_, rustral_frontend::Error>((table, h))
+            Ok::<_, rustral_frontend::Error>((table, crate::last_position(ctx, &h)?))
         })?;
         if c.tie_word_embeddings {
             ctx.scope("lm_head", |_| h.matmul(&table.transpose(0, 1)?))

@@ -17,6 +17,12 @@ use rustral_lowering::{BufferKind, Kernel, Program};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+/// A run's inputs: borrowed (cloned where kept) or donated.
+enum Feeds<'a, V> {
+    Borrowed(&'a HashMap<String, V>),
+    Owned(HashMap<String, V>),
+}
+
 /// Named outputs of a run, in order.
 pub type Outputs = Vec<(String, HostTensor)>;
 
@@ -63,6 +69,30 @@ pub trait Backend: Sync {
         place: &Place,
     ) -> Result<Option<Self::Value>, Self::Error>;
 
+    /// `target` with `update` written at `start..` along `axis` (`Op::UpdateSlice`). The
+    /// executor passes `target` by value; `exclusive` says that no one else holds it (a
+    /// donated input or an intermediate whose last use this is), so the write may be in place.
+    /// The default goes through the host.
+    fn update_slice(
+        &self,
+        target: Self::Value,
+        exclusive: bool,
+        update: &Self::Value,
+        axis: usize,
+        start: usize,
+        place: &Place,
+    ) -> Result<Self::Value, Self::Error> {
+        let _ = exclusive;
+        let (t, u) = (
+            self.download(&target, Self::dtype(&target, DType::F32), place)?,
+            self.download(update, Self::dtype(update, DType::F32), place)?,
+        );
+        let pos = HostTensor::scalar(DType::I64, start as f64);
+        let out = crate::reference::eval_op(&Op::UpdateSlice { axis }, &[&t, &u, &pos], t.dtype, t.shape())
+            .map_err(|message| EvalError::Runtime { place: place.clone(), message })?;
+        self.upload(out, place)
+    }
+
     /// Run `f` where the target's kernels expect to run (the CPU target's thread pool).
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         f()
@@ -77,12 +107,23 @@ pub struct Executor<B: Backend> {
     params: HashMap<usize, B::Value>,
     /// Kernels whose results are in `params` and are skipped per run.
     precomputed: HashSet<usize>,
+    /// Per buffer, the last kernel reading it (`usize::MAX` for outputs and unread buffers).
+    last_use: Vec<usize>,
 }
 
 impl<B: Backend> Executor<B> {
     /// `program` on `backend`, nothing bound yet.
     pub fn new(program: Program, backend: B) -> Executor<B> {
-        Executor { program, backend, params: HashMap::new(), precomputed: HashSet::new() }
+        let mut last_use = vec![usize::MAX; program.buffers.len()];
+        for (k, kernel) in program.kernels.iter().enumerate() {
+            for &i in &kernel.inputs {
+                last_use[i] = k;
+            }
+        }
+        for (_, b) in &program.outputs {
+            last_use[*b] = usize::MAX;
+        }
+        Executor { program, backend, params: HashMap::new(), precomputed: HashSet::new(), last_use }
     }
 
     /// The program.
@@ -182,8 +223,32 @@ impl<B: Backend> Executor<B> {
     pub fn run(
         &self,
         inputs: &HashMap<String, B::Value>,
+        times: Option<&mut Vec<KernelTime>>,
+    ) -> Result<Vec<(String, B::Value)>, B::Error> {
+        self.run_inner(Feeds::Borrowed(inputs), times)
+    }
+
+    /// As [`Executor::run`], with the inputs donated: an input whose last reader writes it
+    /// (`update_slice`, a KV cache growing by a step) is written in place, not copied.
+    pub fn run_owned(
+        &self,
+        inputs: HashMap<String, B::Value>,
+        times: Option<&mut Vec<KernelTime>>,
+    ) -> Result<Vec<(String, B::Value)>, B::Error> {
+        self.run_inner(Feeds::Owned(inputs), times)
+    }
+
+    fn run_inner(
+        &self,
+        feeds: Feeds<'_, B::Value>,
         mut times: Option<&mut Vec<KernelTime>>,
     ) -> Result<Vec<(String, B::Value)>, B::Error> {
+        let owned = matches!(feeds, Feeds::Owned(_));
+        let mut feeds = feeds;
+        let inputs: &HashMap<String, B::Value> = match &feeds {
+            Feeds::Borrowed(m) => m,
+            Feeds::Owned(m) => m,
+        };
         let p = &self.program;
         let binding = feeds::bind_program(
             p,
@@ -194,7 +259,12 @@ impl<B: Backend> Executor<B> {
         let mut values: Vec<Option<B::Value>> = vec![None; p.buffers.len()];
         for (b, buf) in p.buffers.iter().enumerate() {
             match &buf.kind {
-                BufferKind::Input(name) => values[b] = inputs.get(name).cloned(),
+                BufferKind::Input(name) => {
+                    values[b] = match &mut feeds {
+                        Feeds::Owned(m) => m.remove(name),
+                        Feeds::Borrowed(m) => m.get(name).cloned(),
+                    }
+                }
                 BufferKind::Constant(op) if !self.params.contains_key(&b) => {
                     let shape = concrete(&buf.ty.shape.0, &binding)
                         .map_err(|sym| EvalError::UnboundSymbol { place: self.buffer_place(b), sym })?;
@@ -211,12 +281,16 @@ impl<B: Backend> Executor<B> {
                 let start = Instant::now();
                 let shape = concrete(&p.buffers[kernel.output].ty.shape.0, &binding)
                     .map_err(|sym| EvalError::UnboundSymbol { place: self.place(k), sym })?;
-                let args: Vec<&B::Value> = kernel
-                    .inputs
-                    .iter()
-                    .map(|&i| values[i].as_ref().or_else(|| self.params.get(&i)).ok_or_else(|| self.lost(k, i)))
-                    .collect::<Result<_, _>>()?;
-                let (v, fallback) = self.exec(k, &args, &shape)?;
+                let (v, fallback) = if let Op::UpdateSlice { axis } = kernel.op {
+                    (self.update_slice(k, axis, &mut values, owned)?, false)
+                } else {
+                    let args: Vec<&B::Value> = kernel
+                        .inputs
+                        .iter()
+                        .map(|&i| values[i].as_ref().or_else(|| self.params.get(&i)).ok_or_else(|| self.lost(k, i)))
+                        .collect::<Result<_, _>>()?;
+                    self.exec(k, &args, &shape)?
+                };
                 values[kernel.output] = Some(v);
                 for &dead in &p.plan.frees_after[k] {
                     values[dead] = None;
@@ -274,6 +348,39 @@ impl<B: Backend> Executor<B> {
             .collect()
     }
 
+    /// One step of a stateful run (a decode step): `state` holds values on the target by input
+    /// name (KV caches), donated to the run beside the host `inputs`; each `(output, input)`
+    /// pair of `carry` puts that output back into `state` under the input's name, and the
+    /// outputs named in `read` come back to the host. The state never leaves the target, and a
+    /// cache written by `update_slice` is written in place.
+    pub fn run_carry(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut HashMap<String, B::Value>,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Vec<(String, HostTensor)>, B::Error> {
+        let mut feeds = self.upload_inputs(inputs)?;
+        for (_, input) in carry {
+            let v = state.remove(input).ok_or_else(|| EvalError::MissingFeed { kind: "state", name: input.clone() })?;
+            feeds.insert(input.clone(), v);
+        }
+        let outputs = self.run_owned(feeds, None)?;
+        let mut host = Vec::with_capacity(read.len());
+        for ((name, v), (_, b)) in outputs.into_iter().zip(&self.program.outputs) {
+            if read.contains(&name.as_str()) {
+                host.push((
+                    name.clone(),
+                    self.backend.download(&v, self.program.buffers[*b].ty.dtype, &self.buffer_place(*b))?,
+                ));
+            }
+            if let Some((_, input)) = carry.iter().find(|(o, _)| *o == name) {
+                state.insert(input.clone(), v);
+            }
+        }
+        Ok(host)
+    }
+
     /// Kernel `k` on `args` into a value of `shape`: the target's kernel when it has one,
     /// else the reference implementation. Returns whether the fallback ran.
     fn exec(&self, k: usize, args: &[&B::Value], shape: &[usize]) -> Result<(B::Value, bool), B::Error> {
@@ -299,6 +406,48 @@ impl<B: Backend> Executor<B> {
             return Err(EvalError::Runtime { place, message }.into());
         }
         Ok((v, fallback))
+    }
+
+    /// Kernel `k`, an `update_slice`: its target is taken rather than cloned where this is
+    /// its last use and the executor owns it, so the backend may write in place.
+    fn update_slice(
+        &self,
+        k: usize,
+        axis: usize,
+        values: &mut [Option<B::Value>],
+        owned_inputs: bool,
+    ) -> Result<B::Value, B::Error> {
+        let kernel = &self.program.kernels[k];
+        let place = self.place(k);
+        let [target, update, position] = kernel.inputs[..] else {
+            return Err(
+                EvalError::Runtime { place, message: "internal error: update_slice needs 3 operands".into() }.into()
+            );
+        };
+        let donor = match self.program.buffers[target].kind {
+            BufferKind::Intermediate => true,
+            BufferKind::Input(_) => owned_inputs,
+            _ => false,
+        };
+        let pos_value =
+            values[position].as_ref().or_else(|| self.params.get(&position)).ok_or_else(|| self.lost(k, position))?;
+        let pos = self.backend.download(pos_value, self.program.buffers[position].ty.dtype, &place)?;
+        let start = crate::reference::scalar_index(&pos)
+            .map_err(|message| EvalError::Runtime { place: place.clone(), message })?;
+        let exclusive = donor && self.last_use[target] == k && target != update;
+        let target_value = if exclusive {
+            values[target].take().ok_or_else(|| self.lost(k, target))?
+        } else {
+            values[target].as_ref().or_else(|| self.params.get(&target)).cloned().ok_or_else(|| self.lost(k, target))?
+        };
+        let update_value =
+            values[update].as_ref().or_else(|| self.params.get(&update)).ok_or_else(|| self.lost(k, update))?;
+        let (n, size) = (B::shape(update_value)[axis], B::shape(&target_value)[axis]);
+        if start + n > size {
+            let message = format!("a write of {n} at position {start} is past the end of axis {axis} (size {size})");
+            return Err(EvalError::Runtime { place, message }.into());
+        }
+        self.backend.update_slice(target_value, exclusive, update_value, axis, start, &place)
     }
 
     /// A constant buffer's value (made on the host, as the reference defines it).

@@ -6,6 +6,7 @@ mod runner;
 
 use crate::Result;
 use runner::Runner;
+pub use runner::State;
 use rustral_frontend::ParamStore;
 use rustral_ir::Graph;
 use rustral_lowering::Program;
@@ -67,6 +68,9 @@ pub struct Session {
     runner: Box<dyn Runner>,
     params: HashMap<String, HostTensor>,
     dumps: Vec<(&'static str, String)>,
+    /// `(output, input)` pairs a stateful run carries: `present.X` back into `past.X`.
+    carry: Vec<(String, String)>,
+    target: Target,
 }
 
 fn named(inputs: &[(&str, HostTensor)]) -> HashMap<String, HostTensor> {
@@ -76,13 +80,29 @@ fn named(inputs: &[(&str, HostTensor)]) -> HashMap<String, HostTensor> {
 impl Session {
     /// Optimise `graph` with `options` and prepare it for `target`.
     pub fn compile(graph: &Graph, target: Target, options: &CompileOptions) -> Result<Session> {
+        Session::compile_on(graph, target, options, None)
+    }
+
+    /// As [`Session::compile`] for the same target as `other`, on its device: a prefill and a
+    /// decode program share their KV caches this way (on the WGSL target, one wgpu device).
+    pub fn compile_beside(graph: &Graph, other: &Session, options: &CompileOptions) -> Result<Session> {
+        Session::compile_on(graph, other.target.clone(), options, Some(other))
+    }
+
+    fn compile_on(
+        graph: &Graph,
+        target: Target,
+        options: &CompileOptions,
+        beside: Option<&Session>,
+    ) -> Result<Session> {
+        let _ = &beside;
         let mut pm = PassManager::new(options.level);
         for name in &options.disabled {
             pm = pm.disable(name)?;
         }
         let mut g = graph.clone();
         let compiled = pm.dump_each(options.dump_each).run(&mut g)?;
-        let runner: Box<dyn Runner> = match target {
+        let runner: Box<dyn Runner> = match target.clone() {
             Target::Cpu => {
                 let mut program = CpuProgram::new(lower(&g)?, options.threads)?;
                 program.set_elementwise(options.elementwise);
@@ -95,10 +115,56 @@ impl Session {
             Target::Wgsl => {
                 let program = lower(&g)?;
                 let wgsl = rustral_lowering::wgsl::lower_wgsl(&program, g.name())?;
-                Box::new(runner::Wgsl { gpu: rustral_runtime::wgpu::WgpuProgram::new(wgsl)?, program })
+                let gpu = match beside.and_then(|s| s.runner.wgpu()) {
+                    Some(w) => rustral_runtime::wgpu::WgpuProgram::with_gpu(wgsl, w.gpu().clone())?,
+                    None => rustral_runtime::wgpu::WgpuProgram::new(wgsl)?,
+                };
+                Box::new(runner::Wgsl { gpu, program })
             }
         };
-        Ok(Session { graph: g, stats: compiled.stats, runner, params: HashMap::new(), dumps: compiled.dumps })
+        let inputs: Vec<String> = g.inputs().into_iter().map(|(n, _)| n).collect();
+        let carry = g
+            .outputs()
+            .iter()
+            .filter_map(|o| {
+                let rest = o.name.strip_prefix(rustral_frontend::PRESENT)?;
+                let input = format!("{}{rest}", rustral_frontend::PAST);
+                inputs.contains(&input).then(|| (o.name.clone(), input))
+            })
+            .collect();
+        Ok(Session {
+            graph: g,
+            stats: compiled.stats,
+            runner,
+            params: HashMap::new(),
+            dumps: compiled.dumps,
+            carry,
+            target,
+        })
+    }
+
+    /// The target it was compiled for.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Hold `values` (by input name, usually zero KV caches) on the target as run state for
+    /// [`Session::run_state`]. Sessions of one target share state (compile the second with
+    /// [`Session::compile_beside`]).
+    pub fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
+        self.runner.new_state(values)
+    }
+
+    /// The `(output, input)` pairs a stateful run carries (`present.X` into `past.X`).
+    pub fn carried(&self) -> &[(String, String)] {
+        &self.carry
+    }
+
+    /// Run with `state` as the carried inputs (`past.*`): the outputs they pair with
+    /// (`present.*`) become the new state, on the target, written in place, and only the
+    /// outputs named in `read` come back to the host. A decode step reads back its logits alone.
+    pub fn run_state(&self, inputs: &[(&str, HostTensor)], state: &mut State, read: &[&str]) -> Result<Outputs> {
+        self.runner.run_state(&named(inputs), state, &self.carry, read)
     }
 
     /// `(pass, IR text)` after each pass that ran, when compiled with `dump_each`.

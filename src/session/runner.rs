@@ -10,6 +10,25 @@ use rustral_runtime::cpu::{CpuProgram, KernelTime, Outputs, Storage};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+/// Run state on a target (see `Session::run_state`): values by input name.
+pub enum State {
+    /// Host tensors (the reference target).
+    Host(HashMap<String, HostTensor>),
+    /// CPU storage.
+    Cpu(HashMap<String, Storage>),
+    /// Candle tensors.
+    #[cfg(feature = "candle")]
+    Candle(HashMap<String, rustral_runtime::candle::Tensor>),
+    /// wgpu buffers.
+    #[cfg(feature = "wgsl")]
+    Wgpu(HashMap<String, rustral_runtime::wgpu::DeviceTensor>),
+}
+
+/// The error for a state made by another target.
+fn foreign_state() -> crate::Error {
+    crate::Error::Usage("run state made by a session of another target".into())
+}
+
 /// A compiled program of some target.
 pub(crate) trait Runner {
     /// The lowered program (None on the reference target, which runs the graph).
@@ -40,6 +59,21 @@ pub(crate) trait Runner {
     fn update_params(&mut self, _f: &mut dyn FnMut(&str, &mut [f32])) -> Result<bool> {
         Ok(false)
     }
+
+    /// Hold `values` on the target as run state (see [`crate::State`]).
+    fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
+        Ok(State::Host(values))
+    }
+
+    /// One stateful run: `state` donated, each `(output, input)` of `carry` put back into it,
+    /// the outputs named in `read` returned.
+    fn run_state(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut State,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Outputs>;
 
     /// The Candle program, on the Candle target.
     #[cfg(feature = "candle")]
@@ -91,6 +125,29 @@ impl Runner for Reference {
         feeds.extend(inputs.iter().map(|(n, t)| (n.clone(), t.clone())));
         Ok(rustral_runtime::reference::evaluate(&self.graph, &feeds)?)
     }
+
+    fn run_state(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut State,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Outputs> {
+        let State::Host(values) = state else { return Err(foreign_state()) };
+        let mut feeds = inputs.clone();
+        feeds.extend(values.iter().map(|(n, t)| (n.clone(), t.clone())));
+        let outputs = self.run(&feeds)?;
+        let mut host = Vec::new();
+        for (name, t) in outputs {
+            if let Some((_, input)) = carry.iter().find(|(o, _)| *o == name) {
+                values.insert(input.clone(), t.clone());
+            }
+            if read.contains(&name.as_str()) {
+                host.push((name, t));
+            }
+        }
+        Ok(host)
+    }
 }
 
 impl Runner for CpuProgram {
@@ -125,6 +182,22 @@ impl Runner for CpuProgram {
     fn update_params(&mut self, f: &mut dyn FnMut(&str, &mut [f32])) -> Result<bool> {
         Ok(CpuProgram::update_params(self, f)?)
     }
+
+    fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
+        let on_target = values.into_iter().map(|(n, t)| Ok((n, self.upload(t)?))).collect::<Result<_>>()?;
+        Ok(State::Cpu(on_target))
+    }
+
+    fn run_state(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut State,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Outputs> {
+        let State::Cpu(values) = state else { return Err(foreign_state()) };
+        Ok(self.run_carry(inputs, values, carry, read)?)
+    }
 }
 
 #[cfg(feature = "candle")]
@@ -151,6 +224,22 @@ impl Runner for rustral_runtime::candle::CandleProgram {
 
     fn candle(&self) -> Option<&rustral_runtime::candle::CandleProgram> {
         Some(self)
+    }
+
+    fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
+        let on_target = values.into_iter().map(|(n, t)| Ok((n, self.upload(t)?))).collect::<Result<_>>()?;
+        Ok(State::Candle(on_target))
+    }
+
+    fn run_state(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut State,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Outputs> {
+        let State::Candle(values) = state else { return Err(foreign_state()) };
+        Ok(self.run_carry(inputs, values, carry, read)?)
     }
 }
 
@@ -185,5 +274,28 @@ impl Runner for Wgsl {
 
     fn wgpu(&self) -> Option<&rustral_runtime::wgpu::WgpuProgram> {
         Some(&self.gpu)
+    }
+
+    fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
+        let on_device = values.into_iter().map(|(n, t)| Ok((n, self.gpu.resident(&t)?))).collect::<Result<_>>()?;
+        Ok(State::Wgpu(on_device))
+    }
+
+    /// The state stays in device buffers that the program writes in place: a carried output
+    /// must be its input's storage (checked), so nothing is copied or read back.
+    fn run_state(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut State,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Outputs> {
+        let State::Wgpu(values) = state else { return Err(foreign_state()) };
+        if let Some((o, i)) = carry.iter().find(|(o, i)| !self.gpu.writes_in_place(o, i)) {
+            return Err(crate::Error::Usage(format!(
+                "output {o} is not written in place into input {i} on the WGSL target"
+            )));
+        }
+        Ok(self.gpu.run_resident(inputs, values, read)?)
     }
 }

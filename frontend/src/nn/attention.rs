@@ -64,9 +64,14 @@ impl MultiHeadAttention {
         ctx.scope(&self.name, |ctx| {
             let (q, k, v) = self.project(ctx, x)?;
             let (mut q, mut k) = (self.split_heads(&q, self.n_heads)?, self.split_heads(&k, self.n_kv_heads)?);
-            let v = self.repeat_kv(&self.split_heads(&v, self.n_kv_heads)?)?;
+            let v = self.split_heads(&v, self.n_kv_heads)?;
+            // A cache keeps key/value heads unrepeated (cached_attention shares them).
+            let shared_v = if ctx.kv_capacity().is_some() { v.clone() } else { self.repeat_kv(&v)? };
             if let Some(rope) = self.rope {
                 (q, k) = rope.apply(ctx, &q, &k)?;
+            }
+            if ctx.kv_capacity().is_some() {
+                return self.cached(ctx, &q, &k, &v, mask);
             }
             let k = self.repeat_kv(&k)?;
             let scores = q.matmul(&k.transpose(-2, -1)?)?;
@@ -79,9 +84,34 @@ impl MultiHeadAttention {
                 scores = causal_mask(ctx, &scores)?;
             }
             let probs = self.dropout.forward(ctx, &scores.softmax(-1)?)?;
-            let merged = self.merge_heads(&probs.matmul(&v)?)?;
+            let merged = self.merge_heads(&probs.matmul(&shared_v)?)?;
             self.out.forward(ctx, &merged)
         })
+    }
+
+    /// Attention for generation: this step's keys and values are written into the layer's
+    /// cache at the position, and the queries attend to the filled part of the cache with
+    /// grouped-query heads and the causal mask offset by the position (`cached_attention`).
+    fn cached(
+        &self,
+        ctx: &mut ForwardCtx,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        if mask.is_some() || !self.causal {
+            let message = "a KV cache needs causal attention without an extra mask".to_string();
+            return Err(crate::Error::Argument { op: "attention".into(), path: ctx.path(), message });
+        }
+        let (keys, values) = match (ctx.cache("key", k)?, ctx.cache("value", v)?) {
+            (Some(keys), Some(values)) => (keys, values),
+            _ => unreachable!("called with a KV cache"),
+        };
+        let position = ctx.position()?.expect("a KV cache has a position");
+        let scale = 1.0 / (self.head_dim as f64).sqrt();
+        let context = q.cached_attention(&keys, &values, &position, scale)?;
+        self.out.forward(ctx, &self.merge_heads(&context)?)
     }
 
     fn project(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<(Tensor, Tensor, Tensor)> {
@@ -156,7 +186,11 @@ impl Rope {
             let inv_freq: Vec<f64> =
                 (0..half).map(|i| 1.0 / self.theta.powf((2 * i) as f64 / d as f64)).map(|f| f as f32 as f64).collect();
             let inv_freq = ctx.constant(&inv_freq, &[1, half], q.dtype())?;
-            let pos = ctx.iota(&[s, Dim::fixed(1)], 0, q.dtype())?;
+            let pos = match ctx.position()? {
+                // Generation: positions start at the step's first token.
+                Some(first) => ctx.iota(&[s, Dim::fixed(1)], 0, DType::I64)?.add(&first)?.cast(q.dtype())?,
+                None => ctx.iota(&[s, Dim::fixed(1)], 0, q.dtype())?,
+            };
             let freqs = pos.mul(&inv_freq)?;
             let angles = Tensor::concat(&[&freqs, &freqs], -1)?;
             let (cos, sin) = (angles.cos()?, angles.sin()?);

@@ -36,7 +36,7 @@ pub(crate) fn attention(
         && d <= MAX_ROW_WIDTH
         && dv <= MAX_ROW_WIDTH
     {
-        return Ok(per_row(ctx, head, scale, causal, ops, out, &names, d.max(1), dv.max(1)));
+        return Ok(per_row(ctx, head, scale, Keys::Prefix { causal }, ops, out, &names, d.max(1), dv.max(1)));
     }
     let width = match v.shape[v.shape.len() - 1].as_static() {
         Some(w) if w > MAX_WIDTH => {
@@ -153,13 +153,71 @@ fn score(ctx: &Ctx, sh: &mut Shader, scale: f64, ops: &[Operand], out: &Operand,
     score
 }
 
+/// Which keys a query row reads.
+#[derive(Clone, Copy)]
+enum Keys {
+    /// `attention`: all keys, or with `causal` those up to `i + lk - lq`; a mask operand adds.
+    Prefix { causal: bool },
+    /// `cached_attention`: keys `0..=position + i` of the row's key/value head.
+    Cached,
+}
+
+/// `cached_attention`: one invocation per query row over the filled rows of its key/value
+/// head (the unfilled rest of the cache is never read). Head widths must be static and at
+/// most 128, as in every LLM.
+pub(crate) fn cached_attention(
+    ctx: &Ctx,
+    head: &Head,
+    scale: f64,
+    ops: &[Operand],
+    out: &Operand,
+) -> Result<Generated, String> {
+    let names: Vec<String> = ["q", "k", "v", "position"].iter().map(|s| s.to_string()).collect();
+    let last = |o: &Operand| o.shape[3].as_static();
+    match (last(&ops[0]), last(&ops[2])) {
+        (Some(d), Some(dv)) if d <= MAX_ROW_WIDTH && dv <= MAX_ROW_WIDTH => {
+            Ok(per_row(ctx, head, scale, Keys::Cached, ops, out, &names, d.max(1), dv.max(1)))
+        }
+        _ => Err(format!("cached_attention needs static head widths of at most {MAX_ROW_WIDTH}")),
+    }
+}
+
+/// The `cached_attention` preamble: the row's query head, its key/value head's bases, and the
+/// keys it sees.
+fn cached_preamble(ctx: &Ctx, sh: &mut Shader, ops: &[Operand]) {
+    let (q, k, v) = (&ops[0], &ops[1], &ops[2]);
+    let dims = |o: &Operand, a: usize| ctx.dim(&o.shape[a]);
+    for (n, e) in [
+        ("h", dims(q, 1)),
+        ("lq", dims(q, 2)),
+        ("d", dims(q, 3)),
+        ("kvh", dims(k, 1)),
+        ("lk", dims(k, 2)),
+        ("dv", dims(v, 3)),
+    ] {
+        sh.line(1, &format!("let {n} = {e};"));
+    }
+    sh.line(1, &format!("if (row >= {} * h * lq) {{ return; }}", ctx.dim(&q.shape[0])));
+    sh.line(1, "let i = row % lq;");
+    sh.line(1, "let qh = (row / lq) % h;");
+    sh.line(1, "let kv = (row / (lq * h)) * kvh + qh / (h / kvh);");
+    sh.line(1, &format!("let position = {};", sh.load("position", "0u")));
+    let fail = sh.fail("the queries are past the end of the cache");
+    sh.line(1, &format!("if (!(position >= 0.0 && position + f32(lq) <= f32(lk))) {{ {fail} return; }}"));
+    sh.line(1, "let q_base = row * d;");
+    sh.line(1, "let k_base = kv * lk * d;");
+    sh.line(1, "let v_base = kv * lk * dv;");
+    sh.line(1, "// Query i sees keys j <= position + i.");
+    sh.line(1, "let visible = u32(position) + i + 1u;");
+}
+
 /// One invocation per query row, q and the accumulator in registers.
 #[allow(clippy::too_many_arguments)]
 fn per_row(
     ctx: &Ctx,
     head: &Head,
     scale: f64,
-    causal: bool,
+    keys: Keys,
     ops: &[Operand],
     out: &Operand,
     names: &[String],
@@ -171,7 +229,13 @@ fn per_row(
     sh.need(Helper::MaxMin);
     sh.need(Helper::Exp);
     sh.line(1, &format!("let row = group * {WG}u + lid;"));
-    let batch_idx = preamble(ctx, &mut sh, causal, ops, out, "row");
+    let (batch_idx, scored) = match keys {
+        Keys::Prefix { causal } => (preamble(ctx, &mut sh, causal, ops, out, "row"), ops),
+        Keys::Cached => {
+            cached_preamble(ctx, &mut sh, ops);
+            (vec![], &ops[..3])
+        }
+    };
     // q and the accumulator live in vec4 registers, the loops over the head unrolled (lanes
     // past the width are 0 and never stored).
     let vec = |sh: &Shader, name: &str, base: &str, chunk: usize, width: usize| {
@@ -195,7 +259,7 @@ fn per_row(
     sh.line(2, "let kb = k_base + j * d;");
     let terms: Vec<String> = (0..d.div_ceil(4)).map(|c| format!("dot(q{c}, {})", vec(&sh, "k", "kb", c, d))).collect();
     sh.line(2, &format!("let dot = {};", terms.join("\n            + ")));
-    let s = score(ctx, &mut sh, scale, ops, out, &batch_idx);
+    let s = score(ctx, &mut sh, scale, scored, out, &batch_idx);
     sh.line(2, &format!("let s = {s};"));
     sh.line(2, "// A new maximum rescales what was summed so far (a NaN score is never one: it");
     sh.line(2, "// reaches the sum through p instead).");

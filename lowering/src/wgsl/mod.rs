@@ -128,12 +128,37 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
             }
         }
     }
-    // A reshape is a view of its operand's storage: no kernel.
+    // A reshape is a view of its operand's storage: no kernel. An update_slice writes into its
+    // target's storage (a KV cache grows in place): its result is a view of the target, and
+    // its kernel binds only the update and the position.
     let mut alias: BTreeMap<usize, usize> = BTreeMap::new();
-    for k in &p.kernels {
-        if let Op::Reshape { .. } = k.op {
-            let root = alias.get(&k.inputs[0]).copied().unwrap_or(k.inputs[0]);
-            alias.insert(k.output, root);
+    let mut program_kernels = p.kernels.clone();
+    let last_read = last_reads(p);
+    for (i, k) in program_kernels.iter_mut().enumerate() {
+        let root = alias.get(&k.inputs[0]).copied().unwrap_or(k.inputs[0]);
+        match k.op {
+            Op::Reshape { .. } => {
+                alias.insert(k.output, root);
+            }
+            Op::UpdateSlice { .. } => {
+                let writable = matches!(p.buffers[root].kind, BufferKind::Input(_) | BufferKind::Intermediate);
+                let dies_here = alias.iter().filter(|(_, r)| **r == root).map(|(v, _)| *v).chain([root]).all(|b| {
+                    last_read.get(&b).is_none_or(|&last| last <= i) && !p.outputs.iter().any(|(_, o)| *o == b)
+                });
+                if !(writable && dies_here) {
+                    return Err(WgslError::Unsupported {
+                        kernel: format!("k_{}", k.name),
+                        op: k.name.clone(),
+                        provenance: k.provenance.clone(),
+                        message: "the WGSL target writes update_slice in place, so its target must be an input or \
+                                  intermediate read by nothing after it (not a parameter, constant or output)"
+                            .into(),
+                    });
+                }
+                alias.insert(k.output, root);
+                k.inputs.remove(0);
+            }
+            _ => {}
         }
     }
     let root = |b: usize| alias.get(&b).copied().unwrap_or(b);
@@ -147,7 +172,7 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
         .collect();
     fixed.extend(kernels.iter().map(|k| k.output));
     let mut run = Vec::new();
-    for k in p.kernels.iter().filter(|k| !alias.contains_key(&k.output)) {
+    for k in program_kernels.iter().filter(|k| !matches!(k.op, Op::Reshape { .. })) {
         if k.inputs.iter().all(|i| fixed.contains(&root(*i))) {
             fixed.insert(k.output);
             kernels.push(k.clone());
@@ -257,6 +282,17 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
     })
 }
 
+/// Per buffer, the schedule position of the last kernel reading it.
+fn last_reads(p: &Program) -> BTreeMap<usize, usize> {
+    let mut last = BTreeMap::new();
+    for (k, kernel) in p.kernels.iter().enumerate() {
+        for &i in &kernel.inputs {
+            last.insert(i, k);
+        }
+    }
+    last
+}
+
 /// Storage slots for the intermediates the `run` kernels write (`init` results and
 /// everything else keep their own storage, since a later run reads them again). Reads of an
 /// alias count as reads of the storage it views.
@@ -300,6 +336,8 @@ fn generate(
         Op::MatMul => Ok(matmul::matmul(ctx, head, rustral_ir::Activation::None, operands, out)),
         Op::MatMulEpilogue { activation } => Ok(matmul::matmul(ctx, head, *activation, operands, out)),
         Op::Attention { scale, causal } => attention::attention(ctx, head, scale.0, *causal, operands, out),
+        Op::CachedAttention { scale } => attention::cached_attention(ctx, head, scale.0, operands, out),
+        Op::UpdateSlice { axis } => Ok(pointwise::update_slice(ctx, head, *axis, operands, out)),
         // One invocation per output element: elementwise ops, layout ops, and the sources made
         // on the device (inputs, parameters and dense constants are bound, and say so there).
         Op::Unary(_)

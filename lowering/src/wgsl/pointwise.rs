@@ -195,6 +195,40 @@ pub(crate) fn pointwise(
     })
 }
 
+/// `update_slice`, in place: one invocation per element of the update (operands `update` and
+/// `position`; the target is `out` itself), so a KV cache step writes one row per head and
+/// reads nothing else of the cache.
+pub(crate) fn update_slice(ctx: &Ctx, head: &Head, axis: usize, operands: &[Operand], out: &Operand) -> Generated {
+    let names = vec!["update".to_string(), "position".to_string()];
+    let inputs: Vec<(&str, &Operand)> = names.iter().map(String::as_str).zip(operands).collect();
+    let mut sh = Shader::new(head, &inputs, out, WORKGROUP);
+    let update = &operands[0];
+    let (inner, n, size) =
+        (ctx.prod(&update.shape[axis + 1..]), ctx.dim(&update.shape[axis]), ctx.dim(&out.shape[axis]));
+    sh.line(1, &format!("let i = group * {WORKGROUP}u + lid;"));
+    sh.line(1, &format!("if (i >= {}) {{ return; }}", ctx.prod(&update.shape)));
+    sh.line(1, &format!("let position = {};", sh.load("position", "0u")));
+    let fail = sh.fail("the write is past the end of its axis");
+    sh.line(1, &format!("if (!(position >= 0.0 && position + f32({n}) <= f32({size}))) {{ {fail} return; }}"));
+    sh.line(1, &format!("let inner = i % {inner};"));
+    sh.line(1, &format!("let along = (i / {inner}) % {n};"));
+    sh.line(1, &format!("let outer = i / ({inner} * {n});"));
+    let loaded = sh.load("update", "i");
+    let v = helpers::round(&mut sh, out.dtype, &loaded);
+    let store = sh.store(&format!("(outer * {size} + along + u32(position)) * {inner} + inner"), &v);
+    sh.line(1, &store);
+    let status = sh.status.clone();
+    let workgroup_bytes = sh.workgroup_bytes();
+    Generated {
+        source: sh.finish(ctx),
+        workgroup_size: WORKGROUP,
+        workgroups: Count::ceil_div(&update.shape, WORKGROUP as u64),
+        names,
+        status,
+        workgroup_bytes,
+    }
+}
+
 /// Load operand `k` into `let name`, unravelling the index first when it broadcasts.
 fn load_let(
     sh: &mut Shader,

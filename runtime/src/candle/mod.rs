@@ -10,8 +10,7 @@ mod ops;
 use crate::exec::{Backend, Executor, KernelTime, Outputs};
 use crate::reference::{EvalError, Place};
 use crate::tensor::HostTensor;
-pub use candle_core::Device;
-use candle_core::Tensor;
+pub use candle_core::{Device, Tensor};
 pub use ops::Lowering;
 use rustral_ir::{DType, Op};
 use rustral_lowering::{BufferKind, Kernel, Program};
@@ -92,6 +91,29 @@ impl Backend for CandleBackend {
         }
         Ok(ops::run(op, args, dtype, shape, &self.device).ok().flatten())
     }
+
+    /// `Tensor::slice_set` into the target's own storage when the executor owns it (a copy
+    /// first otherwise).
+    fn update_slice(
+        &self,
+        target: Tensor,
+        exclusive: bool,
+        update: &Tensor,
+        axis: usize,
+        start: usize,
+        place: &Place,
+    ) -> Result<Tensor, CandleError> {
+        let err = |e: candle_core::Error| CandleError::Candle { place: place.clone(), message: e.to_string() };
+        // `contiguous` of a strided view makes new storage; of a contiguous tensor it shares.
+        let target = match (exclusive, target.is_contiguous()) {
+            (true, true) => target,
+            (false, true) => target.copy().map_err(err)?,
+            (_, false) => target.contiguous().map_err(err)?,
+        };
+        let update = update.contiguous().map_err(err)?.to_dtype(target.dtype()).map_err(err)?;
+        target.slice_set(&update, axis, start).map_err(err)?;
+        Ok(target)
+    }
 }
 
 /// A program ready to run on a candle device.
@@ -134,6 +156,23 @@ impl CandleProgram {
             }
         }
         r
+    }
+
+    /// A host tensor on the target, to hold as run state (a KV cache).
+    pub fn upload(&self, t: HostTensor) -> Result<Tensor, CandleError> {
+        let place = Place { node: 0, op: "state".into(), provenance: String::new() };
+        self.exec.backend().upload(t, &place)
+    }
+
+    /// One stateful step (see `Executor::run_carry`): `state` stays on the target.
+    pub fn run_carry(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut HashMap<String, Tensor>,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Vec<(String, HostTensor)>, CandleError> {
+        self.exec.run_carry(inputs, state, carry, read)
     }
 
     /// Upload parameter values once; each must match its declared (static) type.

@@ -25,9 +25,13 @@ pub fn lowering(op: &Op, operands: usize) -> Lowering {
         Op::RmsNorm { .. } if operands == 2 => Lowering::Native,
         Op::LayerNorm { .. } | Op::RmsNorm { .. } => Lowering::Decomposed,
         Op::Softmax { .. } | Op::Gelu { .. } | Op::Silu => Lowering::Native,
-        Op::Attention { .. } | Op::MatMulEpilogue { .. } | Op::FusedElementwise { .. } | Op::CrossEntropy => {
-            Lowering::Decomposed
-        }
+        Op::Attention { .. }
+        | Op::CachedAttention { .. }
+        | Op::MatMulEpilogue { .. }
+        | Op::FusedElementwise { .. }
+        | Op::CrossEntropy => Lowering::Decomposed,
+        // `Tensor::slice_set`: in place where the executor owns the target.
+        Op::UpdateSlice { .. } => Lowering::Native,
         // Made (or bound) on the host and uploaded.
         Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
             Lowering::Host
@@ -125,6 +129,12 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
             Some(t) => t,
             None => return Ok(None),
         },
+        Op::CachedAttention { scale } => match cached_attention(args, scale.0, dev)? {
+            Some(t) => t,
+            None => return Ok(None),
+        },
+        // The executor writes it (`Backend::update_slice`).
+        Op::UpdateSlice { .. } => return Ok(None),
         Op::MatMulEpilogue { activation } => {
             let y = args[0].contiguous()?.broadcast_matmul(&args[1].contiguous()?)?;
             let y = match args.get(2) {
@@ -319,6 +329,32 @@ fn attention(args: &[&Tensor], scale: f64, causal: bool, dev: &Device) -> R<Opti
         None => probs,
     };
     Ok(Some(probs.broadcast_matmul(&v)?))
+}
+
+/// Cached attention on the filled rows only: the query heads sharing a key/value head are
+/// stacked as rows (`[b, kvh, group * lq, d]`), so one batched matmul serves the group, and a
+/// mask of `-inf` hides each query's future. None (the host, which reports it) when the
+/// position is out of range.
+fn cached_attention(args: &[&Tensor], scale: f64, dev: &Device) -> R<Option<Tensor>> {
+    let position = args[3].to_dtype(CDType::I64)?.to_scalar::<i64>()?;
+    let (b, h, lq, d) = args[0].dims4()?;
+    let (_, kvh, lk, _) = args[1].dims4()?;
+    let dv = args[2].dim(3)?;
+    let Ok(position) = usize::try_from(position) else { return Ok(None) };
+    if position + lq > lk || kvh == 0 {
+        return Ok(None);
+    }
+    let (group, filled) = (h / kvh, position + lq);
+    let q = args[0].contiguous()?.reshape((b, kvh, group * lq, d))?;
+    let k = args[1].narrow(2, 0, filled)?.contiguous()?;
+    let v = args[2].narrow(2, 0, filled)?.contiguous()?;
+    let scores = (q.matmul(&k.transpose(2, 3)?.contiguous()?)? * scale)?;
+    let mask: Vec<f32> = (0..group * lq)
+        .flat_map(|r| (0..filled).map(move |j| if j <= position + r % lq { 0.0 } else { f32::NEG_INFINITY }))
+        .collect();
+    let mask = Tensor::from_vec(mask, (group * lq, filled), dev)?.to_dtype(scores.dtype())?;
+    let probs = candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&mask)?.contiguous()?)?;
+    Ok(Some(probs.matmul(&v)?.reshape((b, h, lq, dv))?))
 }
 
 fn activate(a: Activation, y: &Tensor) -> R<Tensor> {

@@ -100,6 +100,39 @@ impl Backend for CpuBackend {
         }
     }
 
+    /// f32 caches are written in place when no one else shares their values (copy on write
+    /// otherwise); other dtypes go through the host.
+    fn update_slice(
+        &self,
+        target: Storage,
+        _exclusive: bool,
+        update: &Storage,
+        axis: usize,
+        start: usize,
+        place: &Place,
+    ) -> Result<Storage, CpuError> {
+        match (target, update.f32()) {
+            (Storage::F32(mut values, shape), Some(new)) => {
+                let inner: usize = shape[axis + 1..].iter().product();
+                let (rows, n) = (shape[axis], update.shape()[axis]);
+                let outer: usize = shape[..axis].iter().product();
+                let dst = Arc::make_mut(&mut values);
+                for o in 0..outer {
+                    let at = (o * rows + start) * inner;
+                    dst[at..at + n * inner].copy_from_slice(&new[o * n * inner..(o + 1) * n * inner]);
+                }
+                Ok(Storage::F32(values, shape))
+            }
+            (target, _) => {
+                let (t, u) = (target.to_host(), update.to_host());
+                let pos = HostTensor::scalar(rustral_ir::DType::I64, start as f64);
+                let out = crate::reference::eval_op(&Op::UpdateSlice { axis }, &[&t, &u, &pos], t.dtype, t.shape())
+                    .map_err(|message| EvalError::Runtime { place: place.clone(), message })?;
+                Ok(Storage::from_host(out))
+            }
+        }
+    }
+
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         self.pool.install(f)
     }
@@ -166,6 +199,23 @@ impl CpuProgram {
         }
         self.exec.precompute()?;
         Ok(true)
+    }
+
+    /// A host tensor on the target, to hold as run state (a KV cache).
+    pub fn upload(&self, t: HostTensor) -> Result<Storage, CpuError> {
+        let place = Place { node: 0, op: "state".into(), provenance: String::new() };
+        self.exec.backend().upload(t, &place)
+    }
+
+    /// One stateful step (see `Executor::run_carry`): `state` stays on the target.
+    pub fn run_carry(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        state: &mut HashMap<String, Storage>,
+        carry: &[(String, String)],
+        read: &[&str],
+    ) -> Result<Vec<(String, HostTensor)>, CpuError> {
+        self.exec.run_carry(inputs, state, carry, read)
     }
 
     /// Bind parameter values once; each must match its declared (static) type.

@@ -65,6 +65,17 @@ impl Storage {
         }
     }
 
+    /// The value of an integer scalar (a position) as an index; None for anything else.
+    pub fn scalar_index(&self) -> Option<usize> {
+        match self {
+            Storage::Wide(t) if t.shape().is_empty() && !t.dtype.is_float() => {
+                let v = *t.data.iter().next()?;
+                (v >= 0.0 && v <= u32::MAX as f64).then_some(v as usize)
+            }
+            _ => None,
+        }
+    }
+
     /// f32 storage owning `values`.
     pub fn f32_values(values: Vec<f32>, shape: Vec<usize>) -> Storage {
         Storage::F32(Arc::new(values), shape)

@@ -63,6 +63,7 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
             }
             a(0).slice_axis(Axis(*axis), Slice::from(*start..end)).to_owned()
         }
+        Op::UpdateSlice { axis } => update_slice(a(0), a(1), scalar_index(args[2])?, *axis)?,
         Op::Concat { axis } => {
             let views: Vec<ArrayViewD<f64>> = args.iter().map(|t| t.data.view()).collect();
             ndarray::concatenate(Axis(*axis), &views).map_err(|e| e.to_string())?
@@ -76,6 +77,7 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
         Op::Gelu { approx } => a(0).mapv(|x| gelu(*approx, x)),
         Op::Silu => a(0).mapv(silu),
         Op::Attention { scale, causal } => attention(args, scale.0, *causal, dtype)?,
+        Op::CachedAttention { scale } => cached_attention(args, scale.0, scalar_index(args[3])?, dtype)?,
         Op::MatMulEpilogue { activation } => {
             let mut out = matmul(a(0), a(1))?;
             if let Some(bias) = args.get(2) {
@@ -310,6 +312,58 @@ fn attention(args: &[&HostTensor], scale: f64, causal: bool, dtype: DType) -> R<
             })
             .sum()
     }))
+}
+
+/// The value of an integer scalar operand (a position), checked to be a valid index.
+pub(crate) fn scalar_index(t: &HostTensor) -> R<usize> {
+    let v = t.data.iter().next().copied().unwrap_or(0.0);
+    if v < 0.0 || v.fract() != 0.0 || v > u32::MAX as f64 {
+        return Err(format!("position {v} is not an index"));
+    }
+    Ok(v as usize)
+}
+
+/// `target` with `update` written at `start..start + update.shape[axis]` along `axis`.
+fn update_slice(target: &ArrayD<f64>, update: &ArrayD<f64>, start: usize, axis: usize) -> R<ArrayD<f64>> {
+    let (n, size) = (update.shape()[axis], target.shape()[axis]);
+    if start + n > size {
+        return Err(format!("a write of {n} at position {start} is past the end of axis {axis} (size {size})"));
+    }
+    let mut out = target.clone();
+    out.slice_axis_mut(Axis(axis), Slice::from(start..start + n)).assign(update);
+    Ok(out)
+}
+
+/// Attention of queries at `position..position + lq` over a cache: query head `n` reads
+/// key/value head `n / (h / kvh)`, query `i` the keys `0..=position + i` (see
+/// `Op::CachedAttention`); scores and probabilities are rounded to `dtype`.
+fn cached_attention(args: &[&HostTensor], scale: f64, position: usize, dtype: DType) -> R<ArrayD<f64>> {
+    let (q, k, v) = (&args[0].data, &args[1].data, &args[2].data);
+    let (b, h, lq, d) = (q.shape()[0], q.shape()[1], q.shape()[2], q.shape()[3]);
+    let (kvh, lk, dv) = (k.shape()[1], k.shape()[2], v.shape()[3]);
+    if position + lq > lk {
+        return Err(format!("{lq} queries at position {position} are past the cache's {lk} rows"));
+    }
+    let group = h / kvh.max(1);
+    let mut out = ArrayD::zeros(IxDyn(&[b, h, lq, dv]));
+    for bi in 0..b {
+        for n in 0..h {
+            let g = n / group.max(1);
+            for i in 0..lq {
+                let visible = position + i + 1;
+                let scores: Vec<f64> = (0..visible)
+                    .map(|j| round_to(dtype, (0..d).map(|c| q[[bi, n, i, c]] * k[[bi, g, j, c]]).sum::<f64>() * scale))
+                    .collect();
+                let m = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = scores.iter().map(|s| (s - m).exp()).collect();
+                let total: f64 = e.iter().sum();
+                for c in 0..dv {
+                    out[[bi, n, i, c]] = (0..visible).map(|j| round_to(dtype, e[j] / total) * v[[bi, g, j, c]]).sum();
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn swap_last_two(rank: usize) -> IxDyn {

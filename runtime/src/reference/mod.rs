@@ -7,7 +7,7 @@
 
 mod kernels;
 
-pub(crate) use kernels::{pcg, stream_key};
+pub(crate) use kernels::{pcg, scalar_index, stream_key};
 
 pub(crate) use kernels::eval_op;
 

@@ -77,6 +77,15 @@ pub enum WgpuError {
 
 pub use crate::exec::KernelTime;
 
+/// A tensor held on the device between runs (a KV cache), usable by every program on the
+/// same [`Gpu`].
+#[derive(Clone, Debug)]
+pub struct DeviceTensor {
+    buffer: std::sync::Arc<wgpu::Buffer>,
+    shape: Vec<usize>,
+    dtype: rustral_ir::DType,
+}
+
 /// A WGSL program ready to run on a wgpu device.
 pub struct WgpuProgram {
     program: WgslProgram,
@@ -93,6 +102,8 @@ pub struct WgpuProgram {
 /// Device storage for one binding of the symbolic dims.
 struct Bound {
     binding: BTreeMap<String, usize>,
+    /// The resident buffers the bind groups were made with, by program buffer.
+    resident: Vec<(usize, usize)>,
     /// Per program buffer: its device buffer (intermediates sharing a slot share one).
     buffers: Vec<std::sync::Arc<wgpu::Buffer>>,
     groups: Vec<wgpu::BindGroup>,
@@ -204,7 +215,7 @@ impl WgpuProgram {
 
     /// Run on named inputs; returns the outputs in order.
     pub fn run(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<(String, HostTensor)>, WgpuError> {
-        let guard = self.prepare(inputs)?;
+        let guard = self.prepare(inputs, &HashMap::new())?;
         let bound = guard.as_ref().expect("prepared");
         self.dispatch(bound, Phase::Run)?;
         self.outputs(bound)
@@ -217,7 +228,7 @@ impl WgpuProgram {
         inputs: &HashMap<String, HostTensor>,
         names: &[&str],
     ) -> Result<Vec<(String, HostTensor)>, WgpuError> {
-        let guard = self.prepare(inputs)?;
+        let guard = self.prepare(inputs, &HashMap::new())?;
         let bound = guard.as_ref().expect("prepared");
         self.dispatch(bound, Phase::Run)?;
         self.outputs_named(bound, names)
@@ -226,7 +237,7 @@ impl WgpuProgram {
     /// Run with each kernel in its own submission, waited for: the wall time of every `run`
     /// kernel in schedule order (slower than `run`; for finding the expensive kernels).
     pub fn profile(&self, inputs: &HashMap<String, HostTensor>) -> Result<Vec<KernelTime>, WgpuError> {
-        let guard = self.prepare(inputs)?;
+        let guard = self.prepare(inputs, &HashMap::new())?;
         let bound = guard.as_ref().expect("prepared");
         let mut times = Vec::new();
         for (k, kernel) in self.program.kernels.iter().enumerate() {
@@ -259,21 +270,73 @@ impl WgpuProgram {
         Ok(times)
     }
 
-    /// Bind the dims, (re)allocate storage when they changed, and upload the inputs.
+    /// A host tensor as a device buffer this program (and any other on the same [`Gpu`]) can
+    /// take as a resident input: a KV cache that stays on the device between runs.
+    pub fn resident(&self, t: &HostTensor) -> Result<DeviceTensor, WgpuError> {
+        let storage = Storage::of(t.dtype);
+        let data = words(storage, &t.to_vec());
+        self.gpu.check_size("a resident input", data.len() as u64 * 4)?;
+        let buffer = std::sync::Arc::new(self.gpu.upload(&data));
+        Ok(DeviceTensor { buffer, shape: t.shape().to_vec(), dtype: t.dtype })
+    }
+
+    /// The device this program runs on (to prepare another program beside it).
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// Run with some inputs resident on the device (by input name) and the others from the
+    /// host, reading back only the outputs named. Resident inputs are never uploaded; kernels
+    /// that write them in place (`update_slice`) leave the new values there for the next run.
+    pub fn run_resident(
+        &self,
+        inputs: &HashMap<String, HostTensor>,
+        resident: &HashMap<String, DeviceTensor>,
+        names: &[&str],
+    ) -> Result<Vec<(String, HostTensor)>, WgpuError> {
+        let guard = self.prepare(inputs, resident)?;
+        let bound = guard.as_ref().expect("prepared");
+        self.dispatch(bound, Phase::Run)?;
+        self.outputs_named(bound, names)
+    }
+
+    /// Whether output `output` is written into input `input`'s storage (an in-place
+    /// `update_slice`), so that a resident input carries it to the next run.
+    pub fn writes_in_place(&self, output: &str, input: &str) -> bool {
+        let p = &self.program;
+        let of_input = p.buffers.iter().position(|b| b.role == Role::Input { name: input.to_string() });
+        let out = p.outputs.iter().find(|o| o.name == output).map(|o| &p.buffers[o.buffer].role);
+        matches!((out, of_input), (Some(Role::Alias { of }), Some(i)) if *of == i)
+    }
+
+    /// Bind the dims, (re)allocate storage when they (or the resident buffers) changed, and
+    /// upload the host inputs.
     fn prepare(
         &self,
         inputs: &HashMap<String, HostTensor>,
+        resident: &HashMap<String, DeviceTensor>,
     ) -> Result<std::sync::MutexGuard<'_, Option<Bound>>, WgpuError> {
         let p = &self.program;
-        let binding = bind_dims(p, inputs, &self.fixed)?;
+        let binding = bind_dims(p, inputs, resident, &self.fixed)?;
+        let ids: Vec<(usize, usize)> = p
+            .buffers
+            .iter()
+            .enumerate()
+            .filter_map(|(b, buf)| match &buf.role {
+                Role::Input { name } => resident.get(name).map(|t| (b, std::sync::Arc::as_ptr(&t.buffer) as usize)),
+                _ => None,
+            })
+            .collect();
         let mut guard = self.bound.lock().expect("no run panicked holding the lock");
-        if guard.as_ref().is_none_or(|b| b.binding != binding) {
+        if guard.as_ref().is_none_or(|b| b.binding != binding || b.resident != ids) {
             *guard = None;
-            *guard = Some(self.allocate(binding)?);
+            *guard = Some(self.allocate(binding, resident, ids)?);
         }
         let bound = guard.as_ref().expect("allocated above");
         for (b, buf) in p.buffers.iter().enumerate() {
-            if let Role::Input { name } = &buf.role {
+            if let Role::Input { name } = &buf.role
+                && !resident.contains_key(name)
+            {
                 let data = words(buf.storage, &inputs[name].to_vec());
                 self.gpu.queue.write_buffer(&bound.buffers[b], 0, bytemuck::cast_slice(&data));
             }
@@ -312,7 +375,12 @@ impl WgpuProgram {
     }
 
     /// Allocate storage for a binding, make the bind groups and run the `init` kernels.
-    fn allocate(&self, binding: BTreeMap<String, usize>) -> Result<Bound, WgpuError> {
+    fn allocate(
+        &self,
+        binding: BTreeMap<String, usize>,
+        resident: &HashMap<String, DeviceTensor>,
+        resident_ids: Vec<(usize, usize)>,
+    ) -> Result<Bound, WgpuError> {
         let p = &self.program;
         let place = |b: usize| format!("buffer {b} ({:?})", p.buffers[b].provenance);
         let elements: Vec<u64> = p
@@ -341,6 +409,7 @@ impl WgpuProgram {
             .enumerate()
             .map(|(b, buf)| match (&buf.role, self.fixed.get(&b)) {
                 (Role::Alias { .. }, _) => None,
+                (Role::Input { name }, _) if resident.contains_key(name) => Some(resident[name].buffer.clone()),
                 (Role::Intermediate { slot: Some(s) }, _) => Some(slots[*s].clone()),
                 (_, Some((fixed, _))) => Some(std::sync::Arc::new(fixed.clone())),
                 _ => Some(std::sync::Arc::new(self.gpu.storage(elements[b].max(1) * 4))),
@@ -400,7 +469,7 @@ impl WgpuProgram {
                 entries: &entries,
             }));
         }
-        let bound = Bound { binding, buffers, groups, workgroups, elements };
+        let bound = Bound { binding, resident: resident_ids, buffers, groups, workgroups, elements };
         self.dispatch(&bound, Phase::Init)?;
         Ok(bound)
     }
@@ -457,12 +526,17 @@ impl WgpuProgram {
 fn bind_dims(
     p: &WgslProgram,
     inputs: &HashMap<String, HostTensor>,
+    resident: &HashMap<String, DeviceTensor>,
     fixed: &HashMap<usize, (wgpu::Buffer, Vec<usize>)>,
 ) -> Result<BTreeMap<String, usize>, EvalError> {
     let mut binding = BTreeMap::new();
     for (b, buf) in p.buffers.iter().enumerate() {
         let ty = || rustral_ir::TensorType::new(buf.dtype, buf.shape.clone());
         match &buf.role {
+            Role::Input { name } if resident.contains_key(name) => {
+                let t = &resident[name];
+                crate::feeds::check(name, &ty(), t.dtype, &t.shape, &mut binding)?;
+            }
             Role::Input { name } => {
                 let v = inputs.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "input", name: name.clone() })?;
                 crate::feeds::check(name, &ty(), v.dtype, v.shape(), &mut binding)?;
@@ -483,7 +557,7 @@ fn bind_dims(
             _ => None,
         })
         .collect();
-    for name in inputs.keys() {
+    for name in inputs.keys().chain(resident.keys()) {
         if !known.contains(&name.as_str()) {
             return Err(EvalError::UnknownFeed { name: name.clone(), known: known.join(", ") });
         }

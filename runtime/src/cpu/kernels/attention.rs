@@ -110,6 +110,70 @@ simd::multiversion! {
     }
 }
 
+/// Attention over a KV cache (`Op::CachedAttention`): per (batch, query head), only the
+/// cache's first `position + lq` rows are read, so a decode step costs what the filled part
+/// of the cache costs, not its capacity. None (the reference runs) when the position is out of
+/// range, so that the reference reports it.
+pub(super) fn cached_attention(args: &[&Storage], scale: f32, out: &[usize]) -> Option<Vec<f32>> {
+    let (q, k, v) = (args[0].f32()?, args[1].f32()?, args[2].f32()?);
+    let (ks, vs) = (args[1].shape(), args[2].shape());
+    let position = args[3].scalar_index()?;
+    let [b, h, lq, dv] = *out else { return None };
+    let (kvh, lk, d) = (ks[1], ks[2], ks[3]);
+    if position + lq > lk || kvh == 0 || vs[2] != lk {
+        return None;
+    }
+    let group = h / kvh;
+    let filled = position + lq;
+    let mut result = vec![0.0f32; b * h * lq * dv];
+    if dv == 0 || lq == 0 {
+        return Some(result);
+    }
+    let cache = Cache { q, k, v, h, lq, lk, d, dv, scale, group, position };
+    result.par_chunks_mut(lq * dv).enumerate().for_each(|(bn, head_out)| cached_head(head_out, bn, filled, &cache));
+    Some(result)
+}
+
+/// What one cached-attention head reads.
+struct Cache<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    h: usize,
+    lq: usize,
+    lk: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    group: usize,
+    position: usize,
+}
+
+simd::multiversion! {
+    /// One (batch, query head) over the filled rows of its key/value head.
+    fn cached_head(head_out: &mut [f32], bn: usize, filled: usize, c: &Cache<'_>) {
+        let Cache { q, k, v, h, lq, lk, d, dv, scale, group, position } = *c;
+        let (bi, n) = (bn / h, bn % h);
+        let kvh = h / group;
+        let g = bi * kvh + n / group;
+        let (qb, kb, vb) = (bn * lq * d, g * lk * d, g * lk * dv);
+        let mut kt = vec![0.0f32; d * filled];
+        for j in 0..filled {
+            for t in 0..d {
+                kt[t * filled + j] = k[kb + j * d + t];
+            }
+        }
+        let mut row = vec![0.0f32; filled];
+        for i in 0..lq {
+            let visible = position + i + 1;
+            scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
+            row[visible..].fill(f32::NEG_INFINITY);
+            softmax_in_place(&mut row);
+            weighted_rows(&mut head_out[i * dv..(i + 1) * dv], &row[..visible], &v[vb..vb + visible * dv]);
+        }
+    }
+}
+
 /// Register blocking for the attention loops. A score block of `WIDE` lanes keeps four
 /// 16-lane accumulators in flight (independent FMA chains hide the FMA latency); the value
 /// sum keeps four partial sums per 16-lane block for the same reason.

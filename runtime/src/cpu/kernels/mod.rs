@@ -90,6 +90,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
             Some(if inner == 1 { reduce_last(x, len, *r, outer) } else { reduce_middle(x, outer, len, inner, *r) })
         }
         Op::Attention { scale, causal } => attention(args, scale.0 as f32, *causal, out),
+        Op::CachedAttention { scale } => cached_attention(args, scale.0 as f32, out),
         Op::Gather { axis: 0 } => gather_rows(f(0)?, args[1]),
         Op::CrossEntropy => cross_entropy(f(0)?, args[1]),
         Op::RandomUniform { seed } => random_uniform(*seed, args.first().copied(), out),
@@ -110,6 +111,8 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         | Op::Softmax { .. }
         | Op::Reduce { .. }
         | Op::Gather { .. } => None,
+        // Written in place by the executor (`Backend::update_slice`), not here.
+        Op::UpdateSlice { .. } => None,
     }
 }
 
