@@ -93,6 +93,14 @@ pub trait Backend: Sync {
         self.upload(out, place)
     }
 
+    /// A value computed once from parameters (a weight's transpose), in the form later runs
+    /// read fastest: Candle makes its lazy views contiguous here, once, rather than in every
+    /// matmul that reads them. The default keeps the value.
+    fn settle(&self, v: Self::Value, place: &Place) -> Result<Self::Value, Self::Error> {
+        let _ = place;
+        Ok(v)
+    }
+
     /// Run `f` where the target's kernels expect to run (the CPU target's thread pool).
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         f()
@@ -211,6 +219,7 @@ impl<B: Backend> Executor<B> {
             if let (true, Ok(shape)) = (ready, shape) {
                 let args: Vec<&B::Value> = kernel.inputs.iter().map(|i| &self.params[i]).collect();
                 let (v, _) = self.backend.install(|| self.exec(k, &args, &shape))?;
+                let v = self.backend.settle(v, &self.place(k))?;
                 self.params.insert(kernel.output, v);
                 self.precomputed.insert(k);
             }
