@@ -21,42 +21,9 @@ import torch, torch.nn as nn, torch.nn.functional as F  # noqa: E402
 
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# Student's t(0.975, df), df 1..30, as in bench/src/stats.rs.
-T975 = [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
-        2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
-        2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272]
-
-def t975(df):
-    if 1 <= df <= 30:
-        return T975[df - 1]
-    z = 1.959963984540054
-    v = float(df)
-    return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v * v) \
-        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
-
-def summary(xs):
-    n = len(xs); mean = sum(xs) / n; s = sorted(xs)
-    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-    std = statistics.stdev(xs) if n > 1 else 0.0
-    half = t975(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
-    return dict(n=n, mean_ms=mean, median_ms=med, std_ms=std, ci95_ms=[mean - half, mean + half], min_ms=s[0], max_ms=s[-1])
-
-def machine():
-    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
-    mem = next((int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
-    os_name = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME")), platform.system())
-    return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name)
-
-def build():
-    def git(*a):
-        try:
-            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-        except Exception:
-            return None
-    return dict(git_sha=git("rev-parse", "HEAD") or "unknown", git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
-                rustc="n/a (PyTorch)", crates={"torch": torch.__version__, "python": platform.python_version()})
+from manifests import summary, machine, build  # noqa: E402
 
 def time_it(fn, repeats, min_ms=200.0):
     with torch.inference_mode():
@@ -71,7 +38,7 @@ def write(name, kind, description, label, ts):
              target="torch-eager" if label == "eager" else "torch-compile", threads=args.threads,
              pipeline=dict(label=label, level=label, disabled=[], passes=[]), timings_ms=ts, stats=summary(ts),
              program=dict(kernels=0, dispatches=0, planned_peak_bytes=0, unplanned_bytes=0, kernel_ops={}), kernel_ms_by_op={},
-             machine=machine(), build=build())
+             machine=machine(), build=build({"torch": torch.__version__}))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{name}__{m['target']}__{args.threads}t__{label}.json")
     with open(path, "w") as f:

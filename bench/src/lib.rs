@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod ablate;
+pub mod generate;
 pub mod manifest;
 pub mod report;
 pub mod stats;

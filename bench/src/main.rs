@@ -39,6 +39,35 @@ enum Command {
         #[arg(short, long, default_value = "bench/results/manifests")]
         out: PathBuf,
     },
+    /// Time prefill and decode of GPT-2-small- and LLaMA-sized LMs (rustral::generate), one
+    /// manifest per model, phase and target; checkpoints are written to --dir once (seeded
+    /// weights) for bench/python/generate_bench.py to time Hugging Face on.
+    Generate {
+        /// Models (default: all): gpt2_small, llama_135m.
+        #[arg(long, value_delimiter = ',')]
+        models: Vec<String>,
+        /// Targets: cpu, candle-cpu, wgsl.
+        #[arg(long, value_delimiter = ',', default_values_t = ["cpu".to_string(), "candle-cpu".to_string()])]
+        targets: Vec<String>,
+        /// Prompt tokens.
+        #[arg(long, default_value_t = 128)]
+        prompt: usize,
+        /// New tokens per generation.
+        #[arg(long, default_value_t = 32)]
+        new_tokens: usize,
+        /// Generations timed per target (after a warm-up).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Threads (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Where the checkpoints are (written when missing).
+        #[arg(long, default_value = "bench/results/lm")]
+        dir: PathBuf,
+        /// Where manifests go.
+        #[arg(short, long, default_value = "bench/results/manifests")]
+        out: PathBuf,
+    },
     /// Render report.md and the charts from a folder of manifests.
     Report {
         /// The manifests.
@@ -104,6 +133,42 @@ fn run(cli: Cli) -> Result<(), String> {
                 }
             }
             eprintln!("ablation done in {:.1} s; manifests in {}", start.elapsed().as_secs_f64(), out.display());
+            Ok(())
+        }
+        Command::Generate { models, targets, prompt, new_tokens, repeats, threads, dir, out } => {
+            use rustral_bench::generate;
+            let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+            let settings = generate::Settings { prompt, new_tokens, repeats, threads };
+            for w in generate::lm_workloads().iter().filter(|w| models.is_empty() || models.iter().any(|m| m == w.name))
+            {
+                let folder = generate::checkpoint(w, &dir)?;
+                for target in &targets {
+                    // A model a target cannot hold (GPT-2's 154 MB embedding is over WebGPU's
+                    // default 128 MiB binding) is reported and skipped, not fatal to the rest.
+                    let measured = match generate::measure(w, &folder, target, &settings) {
+                        Ok(m) => m,
+                        Err(e) => {
+                            eprintln!("{} on {target}: skipped: {e}", w.name);
+                            continue;
+                        }
+                    };
+                    for m in measured {
+                        let file = out.join(format!("{}__{}__{}t__O2.json", m.workload.name, target, threads));
+                        manifest::write(&m, &file)?;
+                        eprintln!(
+                            "{:>20} {:>10} {}t median {:>10.3} ms ({:.1} tokens/s), n={}",
+                            m.workload.name,
+                            target,
+                            threads,
+                            m.stats.median_ms,
+                            if m.workload.name.ends_with("_prefill") { prompt as f64 } else { 1.0 } * 1e3
+                                / m.stats.median_ms,
+                            m.stats.n
+                        );
+                    }
+                }
+            }
             Ok(())
         }
         Command::Report { dir, out } => {

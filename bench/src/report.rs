@@ -34,7 +34,7 @@ type Grouped<'a> = BTreeMap<(String, String, usize), BTreeMap<String, &'a Manife
 
 fn group(ms: &[Manifest]) -> Grouped<'_> {
     let mut g: Grouped<'_> = BTreeMap::new();
-    for m in ms {
+    for m in ms.iter().filter(|m| !is_generation(&m.workload.name)) {
         g.entry((m.workload.name.clone(), m.target.clone(), m.threads))
             .or_default()
             .insert(m.pipeline.label.clone(), m);
@@ -118,6 +118,7 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
     transfer(&mut md, &groups);
     shares(&mut md, &groups);
     versus_torch(&mut md, &groups);
+    generation(&mut md, ms);
     std::fs::write(out.join("report.md"), &md).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(md)
 }
@@ -236,6 +237,51 @@ fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
     let _ = writeln!(md, "|---|---|---|---|---|---|");
     for r in rows {
         let _ = writeln!(md, "{r}");
+    }
+}
+
+/// Manifests of the generation benchmark (`{model}_prefill`, `{model}_decode`): reported in
+/// their own section, not as pass ablations.
+fn is_generation(name: &str) -> bool {
+    crate::generate::lm_workloads()
+        .iter()
+        .any(|w| name == format!("{}_prefill", w.name) || name == format!("{}_decode", w.name))
+}
+
+/// Prefill and decode times per model and target, next to Hugging Face's `generate`.
+fn generation(md: &mut String, ms: &[Manifest]) {
+    let runs: Vec<&Manifest> = ms.iter().filter(|m| is_generation(&m.workload.name)).collect();
+    if runs.is_empty() {
+        return;
+    }
+    let _ = writeln!(md, "\n## Generation (`rustral-bench generate`, `bench/python/generate_bench.py`)\n");
+    let _ = writeln!(md, "| phase | target | threads | median ms | tokens/s | HF generate ms | HF / Rustral |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for m in runs.iter().filter(|m| m.target != "hf-generate") {
+        let hf = runs
+            .iter()
+            .find(|h| h.target == "hf-generate" && h.workload.name == m.workload.name && h.threads == m.threads);
+        // A prefill's description names its prompt ("prefill of a 128-token prompt").
+        let tokens: f64 = if m.workload.name.ends_with("_prefill") {
+            m.workload
+                .description
+                .split_whitespace()
+                .find_map(|w| w.strip_suffix("-token")?.parse().ok())
+                .unwrap_or(1.0)
+        } else {
+            1.0
+        };
+        let t = m.stats.median_ms;
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} | {t:.2} | {:.1} | {} | {} |",
+            m.workload.name,
+            m.target,
+            m.threads,
+            tokens * 1e3 / t,
+            hf.map_or("-".into(), |h| format!("{:.2}", h.stats.median_ms)),
+            hf.map_or("-".into(), |h| format!("{:.2}x", h.stats.median_ms / t)),
+        );
     }
 }
 

@@ -1,0 +1,41 @@
+"""What every Python-side bench manifest shares: timing statistics computed as bench/src/stats.rs
+computes them, and the machine and build they ran on (schemas/bench-manifest.schema.json)."""
+import math, os, platform, statistics, subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Student's t(0.975, df), df 1..30, as in bench/src/stats.rs.
+T975 = [12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004, 2.262157, 2.228139,
+        2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905, 2.109816, 2.100922, 2.093024, 2.085963,
+        2.079614, 2.073873, 2.068658, 2.063899, 2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272]
+
+def t975(df):
+    if 1 <= df <= 30:
+        return T975[df - 1]
+    z = 1.959963984540054
+    v = float(df)
+    return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v * v) \
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * v**3)
+
+def summary(xs):
+    n = len(xs); mean = sum(xs) / n; s = sorted(xs)
+    med = s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    std = statistics.stdev(xs) if n > 1 else 0.0
+    half = t975(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
+    return dict(n=n, mean_ms=mean, median_ms=med, std_ms=std, ci95_ms=[mean - half, mean + half], min_ms=s[0], max_ms=s[-1])
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    mem = next((int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
+    os_name = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME")), platform.system())
+    return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name)
+
+def build(crates):
+    def git(*a):
+        try:
+            return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        except Exception:
+            return None
+    return dict(git_sha=git("rev-parse", "HEAD") or "unknown", git_dirty=bool(git("status", "--porcelain", "--untracked-files=no")),
+                rustc="n/a (Python)", crates={**crates, "python": platform.python_version()})
+
