@@ -217,3 +217,129 @@ fn a_template_feature_minijinja_lacks_is_a_clear_error() {
     let err = tok.render_chat(&[]).unwrap_err().to_string();
     assert!(err.contains("chat_template"), "{err}");
 }
+
+/// A 1-D `<i8` (int64) .npy file, written by hand as numpy lays it out.
+fn write_npy(path: &std::path::Path, ids: &[i64]) {
+    let mut header = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': ({},), }}", ids.len());
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    ids.iter().for_each(|v| bytes.extend(v.to_le_bytes()));
+    std::fs::write(path, bytes).unwrap();
+}
+
+fn cli(args: &[&str]) -> assert_cmd::assert::Assert {
+    assert_cmd::Command::cargo_bin("rustral-generate").unwrap().args(args).assert()
+}
+
+/// The command compiles the decode program once however many tokens it makes, and its ids
+/// are Hugging Face's.
+#[test]
+fn rustral_generate_compiles_once_and_matches_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, prompt, expected) = greedy_cases().into_iter().find(|(m, ..)| m == "gpt2-wide").unwrap();
+    let ids = dir.path().join("ids.npy");
+    write_npy(&ids, &prompt);
+    let model = fixtures().join("generate/gpt2-wide");
+    let (config, weights) = (model.join("config.json"), model.join("model.safetensors"));
+    let base = ["--model", "gpt2", "--config", config.to_str().unwrap(), "--weights", weights.to_str().unwrap()];
+    for n in ["3", "20"] {
+        let mut args = base.to_vec();
+        args.extend(["--prompt-ids", ids.to_str().unwrap(), "--max-new-tokens", n, "--json", "--threads", "1"]);
+        let out = cli(&args).success().get_output().stdout.clone();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(json["compilations"], 2, "prefill and decode, once each, for {n} tokens");
+        let got: Vec<i64> = json["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+        assert_eq!(got, expected[..n.parse::<usize>().unwrap()].to_vec());
+        assert_eq!(json["decode_ms"].as_array().unwrap().len(), n.parse::<usize>().unwrap() - 1);
+        assert!(json["prefill_ms"].as_f64().unwrap() > 0.0 && json["text"].is_null());
+    }
+    // Ids only, streamed, without a tokenizer.
+    let mut args = base.to_vec();
+    args.extend(["--prompt-ids", ids.to_str().unwrap(), "--max-new-tokens", "4"]);
+    let out = String::from_utf8(cli(&args).success().get_output().stdout.clone()).unwrap();
+    let shown: Vec<i64> = out.split_whitespace().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(shown, expected[..4].to_vec());
+    // Clear errors: a text prompt without a tokenizer, a prompt past the positions, a chat
+    // template that is missing.
+    let mut args = base.to_vec();
+    args.extend(["--prompt", "hello"]);
+    let err = String::from_utf8(cli(&args).code(1).get_output().stderr.clone()).unwrap();
+    assert!(err.contains("needs --tokenizer"), "{err}");
+    write_npy(&ids, &[5; 40]);
+    let mut args = base.to_vec();
+    args.extend(["--prompt-ids", ids.to_str().unwrap()]);
+    let err = String::from_utf8(cli(&args).code(1).get_output().stderr.clone()).unwrap();
+    assert!(err.contains("40 tokens") && err.contains("32 positions"), "{err}");
+    let tok_dir = tempfile::tempdir().unwrap();
+    std::fs::copy(fixtures().join("generate/tokenizer/tokenizer.json"), tok_dir.path().join("tokenizer.json")).unwrap();
+    let tok = tok_dir.path().join("tokenizer.json");
+    let mut args = base.to_vec();
+    args.extend(["--tokenizer", tok.to_str().unwrap(), "--chat", "--prompt", "hi"]);
+    let err = String::from_utf8(cli(&args).code(1).get_output().stderr.clone()).unwrap();
+    assert!(err.contains("chat_template"), "{err}");
+}
+
+/// A text prompt streams text; `--stop` ends generation at the first occurrence.
+#[test]
+fn rustral_generate_streams_text_and_stops_at_a_stop_string() {
+    let model = fixtures().join("generate/gpt2-wide");
+    let tok = fixtures().join("generate/tokenizer/tokenizer.json");
+    let (config, weights) = (model.join("config.json"), model.join("model.safetensors"));
+    let base = [
+        "--model",
+        "gpt2",
+        "--config",
+        config.to_str().unwrap(),
+        "--weights",
+        weights.to_str().unwrap(),
+        "--tokenizer",
+        tok.to_str().unwrap(),
+        "--prompt",
+        "Hello",
+        "--max-new-tokens",
+        "12",
+        "--threads",
+        "1",
+    ];
+    let mut args = base.to_vec();
+    args.push("--json");
+    let json: serde_json::Value = serde_json::from_slice(&cli(&args).success().get_output().stdout.clone()).unwrap();
+    let text = json["text"].as_str().unwrap().to_string();
+    let tokenizer = TextTokenizer::from_file(&tok).unwrap();
+    let ids: Vec<i64> = json["ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    assert_eq!(text, tokenizer.decode(&ids).unwrap());
+    let streamed = String::from_utf8(cli(&base).success().get_output().stdout.clone()).unwrap();
+    assert_eq!(streamed, format!("{text}\n"), "the stream is the text, then a newline");
+    let stop: String = text.chars().skip(3).take(2).collect();
+    let mut args = base.to_vec();
+    args.extend(["--stop", &stop, "--json"]);
+    let json: serde_json::Value = serde_json::from_slice(&cli(&args).success().get_output().stdout.clone()).unwrap();
+    let stopped = json["text"].as_str().unwrap();
+    assert!(stopped.ends_with(&stop) && stopped.len() < text.len(), "{stopped:?} should end at {stop:?}");
+    assert_eq!(json["stop"], "callback");
+}
+
+/// The passes keep one cache write per layer and key/value, fuse around them, and leave the
+/// cache ops unfused: the O2 decode graph has 2 `update_slice` and 1 `cached_attention` per
+/// layer, like the traced one.
+#[test]
+fn the_passes_keep_every_cache_write() {
+    let (kind, dir) = model_dir("tiny-llama");
+    let lm = CausalLm::from_config(kind, &dir.join("config.json")).unwrap();
+    let traced = lm.trace(Some(16)).unwrap();
+    let count =
+        |g: &rustral::ir::Graph, name: &str| g.node_ids().filter(|&id| g.node(id).unwrap().op.name() == name).count();
+    for level in [rustral::passes::OptLevel::O0, rustral::passes::OptLevel::O2] {
+        let options = CompileOptions { level, ..CompileOptions::default() };
+        let s = rustral::Session::compile(&traced.graph, Target::Cpu, &options).unwrap();
+        assert_eq!(count(s.graph(), "update_slice"), 4, "{level:?}");
+        assert_eq!(count(s.graph(), "cached_attention"), 2, "{level:?}");
+        assert_eq!(s.carried().len(), 4, "{level:?}: every present.* carried");
+    }
+    assert_eq!(count(&traced.graph, "update_slice"), 4);
+}

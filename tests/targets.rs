@@ -161,3 +161,94 @@ on_every_target! {
         }
     }
 }
+
+/// A KV-cache step as a graph: key and value caches `[1, 2, 8, 4]` written at `position` by
+/// `update_slice`, read by `cached_attention` of 4 query heads (two per key/value head).
+fn kv_step() -> Graph {
+    let mut g = Graph::new("kv_step");
+    let f = |dims: Vec<Dim>| TensorType::new(DType::F32, dims);
+    let seq = || Dim::sym("seq");
+    let (s1, s2, s4, s8) = (Dim::Static(1), Dim::Static(2), Dim::Static(4), Dim::Static(8));
+    let kc = g.input("past.key", f(vec![s1.clone(), s2.clone(), s8.clone(), s4.clone()])).unwrap();
+    let vc = g.input("past.value", f(vec![s1.clone(), s2.clone(), s8, s4.clone()])).unwrap();
+    let k = g.input("k", f(vec![s1.clone(), s2.clone(), seq(), s4.clone()])).unwrap();
+    let v = g.input("v", f(vec![s1.clone(), s2, seq(), s4.clone()])).unwrap();
+    let q = g.input("q", f(vec![s1, s4.clone(), seq(), s4])).unwrap();
+    let pos = g.input("position", TensorType::new(DType::I64, vec![])).unwrap();
+    let kw = g.add(Op::UpdateSlice { axis: 2 }, &[kc, k, pos], "cache").unwrap();
+    let vw = g.add(Op::UpdateSlice { axis: 2 }, &[vc, v, pos], "cache").unwrap();
+    let a = g.add(Op::CachedAttention { scale: rustral::ir::F64(0.5) }, &[q, kw, vw, pos], "attn").unwrap();
+    g.set_output("attn", a).unwrap();
+    g.set_output("present.key", kw).unwrap();
+    g.set_output("present.value", vw).unwrap();
+    g
+}
+
+fn kv_feeds(seq: usize, position: usize, seed: u64) -> HashMap<String, HostTensor> {
+    let t = |shape: &[usize], s: u64| {
+        let n = shape.iter().product();
+        HostTensor::new(DType::F32, shape, rustral::runtime::seeded_values(seed + s, n)).unwrap()
+    };
+    HashMap::from([
+        ("past.key".to_string(), t(&[1, 2, 8, 4], 1)),
+        ("past.value".to_string(), t(&[1, 2, 8, 4], 2)),
+        ("k".to_string(), t(&[1, 2, seq, 4], 3)),
+        ("v".to_string(), t(&[1, 2, seq, 4], 4)),
+        ("q".to_string(), t(&[1, 4, seq, 4], 5)),
+        ("position".to_string(), HostTensor::scalar(DType::I64, position as f64)),
+    ])
+}
+
+on_every_target! {
+    /// `update_slice` and `cached_attention` against the reference, run plainly and as run
+    /// state carried over three steps (prefill of 3, then two single tokens, the caches never
+    /// leaving the target), and a position past the cache's end refused with an error.
+    /// Tolerance: 1e-5 absolute + 1e-5 relative.
+    fn kv_cache_ops_match_the_reference(target) {
+        let g = kv_step();
+        let mut s = Session::compile(&g, target.clone(), &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+        s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+        let feeds = kv_feeds(3, 2, 10);
+        let want = evaluate(&g, &feeds).unwrap();
+        let named: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        max_error(&want, &s.run(&named).unwrap(), 1e-5, 1e-5, &format!("{target:?} plain run"));
+        assert_eq!(s.carried().len(), 2, "present.* carries into past.*");
+
+        let first = kv_feeds(3, 0, 20);
+        let mut state = s
+            .new_state(first.iter().filter(|(n, _)| n.starts_with("past.")).map(|(n, t)| (n.clone(), t.clone())).collect())
+            .unwrap();
+        let mut reference_caches: HashMap<String, HostTensor> =
+            first.iter().filter(|(n, _)| n.starts_with("past.")).map(|(n, t)| (n.clone(), t.clone())).collect();
+        for (step, (seq, position)) in [(3, 0), (1, 3), (1, 4)].into_iter().enumerate() {
+            let mut feeds = kv_feeds(seq, position, 30 + step as u64);
+            feeds.extend(reference_caches.clone());
+            let want = evaluate(&g, &feeds).unwrap();
+            let fresh: Vec<(&str, HostTensor)> =
+                feeds.iter().filter(|(n, _)| !n.starts_with("past.")).map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let got = s.run_state(&fresh, &mut state, &["attn"]).unwrap();
+            let want_attn: Vec<(String, HostTensor)> = want.iter().filter(|(n, _)| n == "attn").cloned().collect();
+            max_error(&want_attn, &got, 1e-5, 1e-5, &format!("{target:?} step {step}"));
+            for (name, t) in want.into_iter().filter(|(n, _)| n.starts_with("present.")) {
+                reference_caches.insert(name.replace("present.", "past."), t);
+            }
+        }
+
+        let err = s.run(&kv_feeds(3, 6, 40).iter().map(|(n, t)| (n.as_str(), t.clone())).collect::<Vec<_>>());
+        let err = err.expect_err("3 rows at position 6 do not fit in 8").to_string();
+        assert!(err.contains("past the end") || err.contains("past the cache"), "{target:?}: {err}");
+    }
+}
+
+/// The WGSL target writes `update_slice` into its target's buffer, so a target read after the
+/// write (here: also an output) is refused by name rather than overwritten in silence.
+#[test]
+fn wgsl_refuses_an_update_slice_whose_target_is_read_later() {
+    let mut g = kv_step();
+    let past = g.inputs().into_iter().find(|(n, _)| n == "past.key").unwrap().1;
+    g.set_output("old.key", past).unwrap();
+    let program = rustral::lowering::lower(&g).unwrap();
+    let err = rustral::lowering::wgsl::lower_wgsl(&program, "kv_step").unwrap_err().to_string();
+    assert!(err.contains("update_slice") && err.contains("in place"), "{err}");
+    assert!(rustral::lowering::wgsl::lower_wgsl(&rustral::lowering::lower(&kv_step()).unwrap(), "kv_step").is_ok());
+}

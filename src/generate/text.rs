@@ -28,7 +28,9 @@ fn tok_error(path: &Path, what: &str, e: impl std::fmt::Display) -> Error {
 }
 
 impl TextTokenizer {
-    /// Read `tokenizer.json`, and `tokenizer_config.json` beside it when there is one.
+    /// Read `tokenizer.json`, and beside it `tokenizer_config.json` (special tokens, the chat
+    /// template) and `chat_template.jinja` (where newer checkpoints keep the template) when
+    /// they are there.
     pub fn from_file(path: &Path) -> Result<TextTokenizer, Error> {
         let inner =
             tokenizers::Tokenizer::from_file(path).map_err(|e| tok_error(path, "cannot read the tokenizer", e))?;
@@ -47,6 +49,11 @@ impl TextTokenizer {
             };
             bos_token = token("bos_token");
             eos_token = token("eos_token");
+        }
+        // transformers 5 writes the template to its own file.
+        let jinja = path.with_file_name("chat_template.jinja");
+        if chat_template.is_none() && jinja.exists() {
+            chat_template = Some(std::fs::read_to_string(&jinja).map_err(|e| tok_error(&jinja, "cannot read", e))?);
         }
         Ok(TextTokenizer { inner, chat_template, bos_token, eos_token, path: path.to_path_buf() })
     }
@@ -73,7 +80,7 @@ impl TextTokenizer {
     pub fn render_chat(&self, messages: &[Message]) -> Result<String, Error> {
         let template = self.chat_template.as_deref().ok_or_else(|| {
             Error::Usage(format!(
-                "{}: --chat needs a chat_template in tokenizer_config.json beside the tokenizer, and there is none",
+                "{}: --chat needs a chat template (chat_template in tokenizer_config.json, or chat_template.jinja) beside the tokenizer, and there is none",
                 self.path.display()
             ))
         })?;

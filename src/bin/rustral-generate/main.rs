@@ -176,8 +176,11 @@ fn run(args: &Args) -> Result<(), String> {
     if let Some(t) = args.threads {
         compile.threads = t;
     }
-    let options =
-        GeneratorOptions { target: target(args.target)?, compile, capacity: args.capacity, cached: !args.no_cache };
+    // The cache holds what this run needs (the prompt and the new tokens), not every position
+    // of the model: SmolLM2's 8192 would be 377 MB of caches.
+    let needed = (prompt_ids.len() + args.max_new_tokens).min(model.positions());
+    let capacity = Some(args.capacity.unwrap_or(needed));
+    let options = GeneratorOptions { target: target(args.target)?, compile, capacity, cached: !args.no_cache };
     let started = std::time::Instant::now();
     let params = load_weights(&model, &args.weights).map_err(s)?;
     let generator = Generator::new(model, &params, &options).map_err(s)?;
@@ -274,6 +277,7 @@ fn run(args: &Args) -> Result<(), String> {
             StopReason::ContextFull => "context full",
         };
         println!();
+        let _ = std::io::stdout().flush();
         eprintln!(
             "[{} prompt tokens, {} generated ({stop}) | prefill {:.1} tok/s | decode {:.1} tok/s | first token {:.1} ms]",
             generation.prompt_ids.len(),
