@@ -104,7 +104,8 @@ pub enum Role {
         slot: Option<usize>,
     },
     /// The same storage as buffer `of`, seen with this buffer's shape: a reshape, which
-    /// keeps the row-major order and so needs no kernel.
+    /// keeps the row-major order and so needs no kernel, or an `update_slice`, whose kernel
+    /// writes its update into `of` in place (a KV cache that stays on the device).
     Alias {
         /// The buffer whose storage it is (never itself an alias).
         of: usize,
