@@ -17,6 +17,20 @@ use rustral_lowering::{BufferKind, Kernel, Program};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+/// `update_slice` as the reference computes it, on host tensors: what a target without an
+/// in-place write of its own falls back to.
+pub(crate) fn update_slice_on_host(
+    target: &HostTensor,
+    update: &HostTensor,
+    axis: usize,
+    start: usize,
+    place: &Place,
+) -> Result<HostTensor, EvalError> {
+    let pos = HostTensor::scalar(DType::I64, start as f64);
+    crate::reference::eval_op(&Op::UpdateSlice { axis }, &[target, update, &pos], target.dtype, target.shape())
+        .map_err(|message| EvalError::Runtime { place: place.clone(), message })
+}
+
 /// A run's inputs: borrowed (cloned where kept) or donated.
 enum Feeds<'a, V> {
     Borrowed(&'a HashMap<String, V>),
@@ -87,10 +101,7 @@ pub trait Backend: Sync {
             self.download(&target, Self::dtype(&target, DType::F32), place)?,
             self.download(update, Self::dtype(update, DType::F32), place)?,
         );
-        let pos = HostTensor::scalar(DType::I64, start as f64);
-        let out = crate::reference::eval_op(&Op::UpdateSlice { axis }, &[&t, &u, &pos], t.dtype, t.shape())
-            .map_err(|message| EvalError::Runtime { place: place.clone(), message })?;
-        self.upload(out, place)
+        self.upload(update_slice_on_host(&t, &u, axis, start, place)?, place)
     }
 
     /// A value computed once from parameters (a weight's transpose), in the form later runs

@@ -24,6 +24,14 @@ pub enum State {
     Wgpu(HashMap<String, rustral_runtime::wgpu::DeviceTensor>),
 }
 
+/// Each named host tensor moved onto a target by `upload`.
+fn on_target<V>(
+    values: HashMap<String, HostTensor>,
+    upload: impl Fn(HostTensor) -> Result<V>,
+) -> Result<HashMap<String, V>> {
+    values.into_iter().map(|(n, t)| Ok((n, upload(t)?))).collect()
+}
+
 /// The error for a state made by another target.
 fn foreign_state() -> crate::Error {
     crate::Error::Usage("run state made by a session of another target".into())
@@ -184,8 +192,7 @@ impl Runner for CpuProgram {
     }
 
     fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
-        let on_target = values.into_iter().map(|(n, t)| Ok((n, self.upload(t)?))).collect::<Result<_>>()?;
-        Ok(State::Cpu(on_target))
+        Ok(State::Cpu(on_target(values, |t| Ok(self.upload(t)?))?))
     }
 
     fn run_state(
@@ -227,8 +234,7 @@ impl Runner for rustral_runtime::candle::CandleProgram {
     }
 
     fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
-        let on_target = values.into_iter().map(|(n, t)| Ok((n, self.upload(t)?))).collect::<Result<_>>()?;
-        Ok(State::Candle(on_target))
+        Ok(State::Candle(on_target(values, |t| Ok(self.upload(t)?))?))
     }
 
     fn run_state(
@@ -277,8 +283,7 @@ impl Runner for Wgsl {
     }
 
     fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
-        let on_device = values.into_iter().map(|(n, t)| Ok((n, self.gpu.resident(&t)?))).collect::<Result<_>>()?;
-        Ok(State::Wgpu(on_device))
+        Ok(State::Wgpu(on_target(values, |t| Ok(self.gpu.resident(&t)?))?))
     }
 
     /// The state stays in device buffers that the program writes in place: a carried output

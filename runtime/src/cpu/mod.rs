@@ -124,10 +124,7 @@ impl Backend for CpuBackend {
                 Ok(Storage::F32(values, shape))
             }
             (target, _) => {
-                let (t, u) = (target.to_host(), update.to_host());
-                let pos = HostTensor::scalar(rustral_ir::DType::I64, start as f64);
-                let out = crate::reference::eval_op(&Op::UpdateSlice { axis }, &[&t, &u, &pos], t.dtype, t.shape())
-                    .map_err(|message| EvalError::Runtime { place: place.clone(), message })?;
+                let out = crate::exec::update_slice_on_host(&target.to_host(), &update.to_host(), axis, start, place)?;
                 Ok(Storage::from_host(out))
             }
         }

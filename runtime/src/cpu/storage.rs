@@ -65,13 +65,11 @@ impl Storage {
         }
     }
 
-    /// The value of an integer scalar (a position) as an index; None for anything else.
+    /// The value of an integer scalar (a position) as an index, as the reference reads it;
+    /// None for anything else.
     pub fn scalar_index(&self) -> Option<usize> {
         match self {
-            Storage::Wide(t) if t.shape().is_empty() && !t.dtype.is_float() => {
-                let v = *t.data.iter().next()?;
-                (v >= 0.0 && v <= u32::MAX as f64).then_some(v as usize)
-            }
+            Storage::Wide(t) if t.shape().is_empty() && !t.dtype.is_float() => crate::reference::scalar_index(t).ok(),
             _ => None,
         }
     }

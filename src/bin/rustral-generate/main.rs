@@ -251,7 +251,7 @@ fn run(args: &Args) -> Result<(), String> {
             "decode_ms": generation.decode_steps.iter().map(|d| d.as_secs_f64() * 1e3).collect::<Vec<_>>(),
             "compile_ms": compile_time.as_secs_f64() * 1e3,
             "compilations": generator.compilations(),
-            "target": format!("{:?}", args.target).to_lowercase().replace("candlecpu", "candle-cpu"),
+            "target": args.target.to_possible_value().map(|v| v.get_name().to_string()),
             "settings": {
                 "model": kind,
                 "cached": !args.no_cache,

@@ -87,12 +87,7 @@ simd::multiversion! {
     fn attention_head(head_out: &mut [f32], bi: usize, head: &Head<'_>) {
         let Head { q, k, v, mask, mask_strides, batch, sq, sk, sv, lq, lk, d, dv, scale, causal } = *head;
         let (qb, kb, vb) = (head.offset(bi, sq) * lq * d, head.offset(bi, sk) * lk * d, head.offset(bi, sv) * lk * dv);
-        let mut kt = vec![0.0f32; d * lk];
-        for j in 0..lk {
-            for t in 0..d {
-                kt[t * lk + j] = k[kb + j * d + t];
-            }
-        }
+        let kt = transposed_keys(&k[kb..], lk, d);
         let mut row = vec![0.0f32; lk];
         for i in 0..lq {
             scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
@@ -103,9 +98,7 @@ simd::multiversion! {
             }
             // Key j is visible to query i when j <= i + lk - lq.
             let visible = if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
-            row[visible..].fill(f32::NEG_INFINITY);
-            softmax_in_place(&mut row);
-            weighted_rows(&mut head_out[i * dv..(i + 1) * dv], &row[..visible], &v[vb..vb + visible * dv]);
+            attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, visible, &v[vb..]);
         }
     }
 }
@@ -157,21 +150,36 @@ simd::multiversion! {
         let kvh = h / group;
         let g = bi * kvh + n / group;
         let (qb, kb, vb) = (bn * lq * d, g * lk * d, g * lk * dv);
-        let mut kt = vec![0.0f32; d * filled];
-        for j in 0..filled {
-            for t in 0..d {
-                kt[t * filled + j] = k[kb + j * d + t];
-            }
-        }
+        let kt = transposed_keys(&k[kb..], filled, d);
         let mut row = vec![0.0f32; filled];
         for i in 0..lq {
-            let visible = position + i + 1;
             scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
-            row[visible..].fill(f32::NEG_INFINITY);
-            softmax_in_place(&mut row);
-            weighted_rows(&mut head_out[i * dv..(i + 1) * dv], &row[..visible], &v[vb..vb + visible * dv]);
+            attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
         }
     }
+}
+
+/// The first `rows` keys of a head (`[rows, d]` at the start of `k`) transposed to
+/// `[d, rows]`, so that a row of scores is a sum of `d` contiguous axpys.
+#[inline(always)]
+fn transposed_keys(k: &[f32], rows: usize, d: usize) -> Vec<f32> {
+    let mut kt = vec![0.0f32; d * rows];
+    for j in 0..rows {
+        for t in 0..d {
+            kt[t * rows + j] = k[j * d + t];
+        }
+    }
+    kt
+}
+
+/// One query's output from its scores: keys from `visible` on hidden, softmax, and the
+/// weighted sum of the visible rows of `v` (the head's values, `dv = out.len()` wide).
+#[inline(always)]
+fn attend_row(out: &mut [f32], row: &mut [f32], visible: usize, v: &[f32]) {
+    row[visible..].fill(f32::NEG_INFINITY);
+    softmax_in_place(row);
+    let dv = out.len();
+    weighted_rows(out, &row[..visible], &v[..visible * dv]);
 }
 
 /// Register blocking for the attention loops. A score block of `WIDE` lanes keeps four
