@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The README's test command: fetch the real MiniLM weights when missing (the parity tests run
-# them) and Mesa's software Vulkan driver when no Vulkan driver is present (the WGSL target's
+# The README's test command: fetch the real MiniLM weights and the SmolLM2 GGUF when missing
+# (the parity tests run them) and Mesa's software Vulkan driver when no Vulkan driver is
+# present (the WGSL target's
 # tests run on it), then run every test with snapshots compared, never rewritten.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,11 @@ if [ -z "${RUSTRAL_MINILM_DIR:-}" ]; then
     export RUSTRAL_MINILM_DIR
 fi
 echo "MiniLM weights: $RUSTRAL_MINILM_DIR"
+if [ -z "${RUSTRAL_SMOLLM2_GGUF:-}" ]; then
+    RUSTRAL_SMOLLM2_GGUF="$(bash scripts/fetch-smollm2.sh)"
+    export RUSTRAL_SMOLLM2_GGUF
+fi
+echo "SmolLM2 GGUF: $RUSTRAL_SMOLLM2_GGUF"
 XDG_RUNTIME_DIR="$(bash scripts/ensure-vulkan.sh)"
 export XDG_RUNTIME_DIR
 INSTA_UPDATE=no cargo test --workspace --locked "$@"

@@ -21,7 +21,7 @@ pub mod model_file;
 #[cfg(feature = "compiler")]
 mod session;
 #[cfg(feature = "compiler")]
-pub use session::{CompileOptions, Session, State, Target};
+pub use session::{CompileOptions, Session, State, Target, host_params};
 #[cfg(feature = "generate")]
 pub mod generate;
 #[cfg(feature = "compiler")]

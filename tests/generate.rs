@@ -45,6 +45,7 @@ fn generator(model: &str, target: Target, cached: bool) -> Generator {
         compile: CompileOptions { threads: 2, ..CompileOptions::default() },
         capacity: None,
         cached,
+        ..GeneratorOptions::default()
     };
     Generator::new(lm, &params, &options).unwrap()
 }

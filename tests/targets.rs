@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use rustral::frontend::Traced;
-use rustral::ir::{DType, Dim, Graph, Op, TensorType, UnaryOp};
+use rustral::ir::{DType, Dim, Graph, Op, QuantFormat, TensorType, UnaryOp};
 use rustral::prelude::*;
 use rustral::runtime::cpu::Elementwise;
 use rustral::runtime::reference::evaluate;
@@ -251,4 +251,76 @@ fn wgsl_refuses_an_update_slice_whose_target_is_read_later() {
     let err = rustral::lowering::wgsl::lower_wgsl(&program, "kv_step").unwrap_err().to_string();
     assert!(err.contains("update_slice") && err.contains("in place"), "{err}");
     assert!(rustral::lowering::wgsl::lower_wgsl(&rustral::lowering::lower(&kv_step()).unwrap(), "kv_step").is_ok());
+}
+
+/// `u8` rows of `format`'s blocks with small finite f16 scales (random bytes elsewhere).
+fn quant_rows(format: QuantFormat, rows: usize, k: usize, seed: u64) -> HostTensor {
+    let rb = format.row_bytes(k).unwrap();
+    let mut bytes: Vec<u8> =
+        rustral::runtime::seeded_values(seed, rows * rb).iter().map(|v| ((v + 1.0) * 127.9) as u8).collect();
+    let scales: &[usize] = match format {
+        QuantFormat::Q6K => &[208],
+        QuantFormat::Q4_1 | QuantFormat::Q4K | QuantFormat::Q5K => &[0, 2],
+        _ => &[0],
+    };
+    for blk in bytes.chunks_exact_mut(format.block_bytes()) {
+        for &o in scales {
+            // 0x2000..0x23ff: f16 values around 1e-2.
+            blk[o + 1] = 0x20 | (blk[o + 1] & 0x03);
+        }
+    }
+    HostTensor::new(DType::U8, &[rows, rb], bytes.into_iter().map(f64::from).collect()).unwrap()
+}
+
+/// `y = quant_matmul(x, w)` and `rows = dequantize(gather(w, ids))`, for each format.
+fn quant_graph(format: QuantFormat, k: usize, rb: usize) -> Graph {
+    let mut g = Graph::new("quant");
+    let x = g.input("x", TensorType::new(DType::F32, vec![Dim::Static(3), Dim::Static(k)])).unwrap();
+    let w = g.input("w", TensorType::new(DType::U8, vec![Dim::Static(5), Dim::Static(rb)])).unwrap();
+    let ids = g.input("ids", TensorType::new(DType::I64, vec![Dim::Static(2)])).unwrap();
+    let y = g.add(Op::QuantMatMul { format }, &[x, w], "proj").unwrap();
+    let picked = g.add(Op::Gather { axis: 0 }, &[w, ids], "embed").unwrap();
+    let rows = g.add(Op::Dequantize { format }, &[picked], "embed").unwrap();
+    g.set_output("y", y).unwrap();
+    g.set_output("rows", rows).unwrap();
+    g
+}
+
+on_every_target! {
+    /// `quant_matmul` and `dequantize` of every block format against the reference
+    /// (dequantize, then an f64 matmul). Tolerance: 1e-5 absolute + relative on the CPU; on
+    /// candle, whose quantized matmul rounds the activations to 8 bits (Q8_K for K-quants),
+    /// 5% of the largest output. WGSL has no kernels
+    /// for them yet and refuses them by name.
+    fn quantized_ops_match_the_reference(target) {
+        for format in QuantFormat::ALL {
+            let k = 256;
+            let rb = format.row_bytes(k).unwrap();
+            let g = quant_graph(format, k, rb);
+            let options = CompileOptions { threads: 2, ..CompileOptions::default() };
+            if is_wgsl(target) {
+                let err = Session::compile(&g, target.clone(), &options).err().expect("no WGSL kernel").to_string();
+                assert!(err.contains("quant_matmul") || err.contains("dequantize"), "{err}");
+                return;
+            }
+            let mut s = Session::compile(&g, target.clone(), &options).unwrap();
+            s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+            let x = HostTensor::new(DType::F32, &[3, k], rustral::runtime::seeded_values(7, 3 * k)).unwrap();
+            let feeds = HashMap::from([
+                ("x".to_string(), x),
+                ("w".to_string(), quant_rows(format, 5, k, 11)),
+                ("ids".to_string(), HostTensor::i64(&[2], &[4, 1]).unwrap()),
+            ]);
+            let want = evaluate(&g, &feeds).unwrap();
+            let named: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            let got = s.run(&named).unwrap();
+            let pick = |outs: &[(String, HostTensor)], name: &str| -> Vec<(String, HostTensor)> {
+                outs.iter().filter(|(n, _)| n == name).cloned().collect()
+            };
+            let largest = pick(&want, "y")[0].1.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let (atol, rtol) = if matches!(target, Target::Cpu) { (1e-5, 1e-5) } else { (5e-2 * largest, 0.0) };
+            max_error(&pick(&want, "y"), &pick(&got, "y"), atol, rtol, &format!("{target:?} {format} quant_matmul"));
+            max_error(&pick(&want, "rows"), &pick(&got, "rows"), 1e-6, 1e-6, &format!("{target:?} {format} dequantize"));
+        }
+    }
 }

@@ -18,6 +18,7 @@ ap.add_argument("--out", default="bench/results/manifests")
 ap.add_argument("--repeats", type=int, default=5)
 ap.add_argument("--prompt", type=int, default=128)
 ap.add_argument("--new", type=int, default=32)
+ap.add_argument("--gguf", help="also time this GGUF file (dequantized to f32 by transformers) as the smollm2_q4_1 row")
 args = ap.parse_args()
 
 import torch  # noqa: E402
@@ -51,13 +52,7 @@ def write(name, description, ts):
     print(f"{name:>24} hf-generate {args.threads}t median {m['stats']['median_ms']:10.3f} ms", flush=True)
 
 
-for model_name in sorted(os.listdir(args.dir)):
-    path = os.path.join(args.dir, model_name)
-    if not os.path.exists(os.path.join(path, "config.json")):
-        continue
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
-    vocab = model.config.vocab_size
-    ids = torch.tensor([[(i * 7919) % vocab for i in range(args.prompt)]])
+def time_model(model, model_name, ids):
     generate_ms(model, ids, 2)  # warm-up
     prefill = [generate_ms(model, ids, 1) for _ in range(args.repeats)]
     total = [generate_ms(model, ids, 1 + args.new) for _ in range(args.repeats)]
@@ -65,3 +60,19 @@ for model_name in sorted(os.listdir(args.dir)):
     decode = [(t - p) / args.new for t in total]
     write(f"{model_name}_prefill", f"{model_name}: prefill of a {args.prompt}-token prompt (ms)", prefill)
     write(f"{model_name}_decode", f"{model_name}: one decode step after a {args.prompt}-token prompt, {args.new} tokens (ms per token)", decode)
+
+
+if args.gguf:
+    d, name = os.path.split(os.path.abspath(args.gguf))
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32, attn_implementation="eager").eval()
+    vocab = model.config.vocab_size
+    # The prompt rustral-bench and bench/node/llama_bench.mjs use for this row.
+    time_model(model, "smollm2_q4_1", torch.tensor([[100 + (i * 7919) % (vocab - 100) for i in range(args.prompt)]]))
+
+for model_name in sorted(os.listdir(args.dir)) if os.path.isdir(args.dir) else []:
+    path = os.path.join(args.dir, model_name)
+    if not os.path.exists(os.path.join(path, "config.json")):
+        continue
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, attn_implementation="eager").eval()
+    vocab = model.config.vocab_size
+    time_model(model, model_name, torch.tensor([[(i * 7919) % vocab for i in range(args.prompt)]]))

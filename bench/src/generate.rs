@@ -87,24 +87,91 @@ pub struct Settings {
 
 /// Prefill and decode manifests of `w` on `target` (`cpu`, `candle-cpu` or `wgsl`).
 pub fn measure(w: &LmWorkload, folder: &Path, target: &str, s: &Settings) -> Result<[Manifest; 2], String> {
-    let t = match target {
-        "cpu" => Target::Cpu,
-        "candle-cpu" => Target::Candle(rustral::runtime::candle::Device::Cpu),
-        "wgsl" => Target::Wgsl,
-        other => return Err(format!("unknown target {other:?} (known: cpu, candle-cpu, wgsl)")),
-    };
+    let t = parse_target(target)?;
     let params = load_weights(&w.model, &folder.join("model.safetensors")).map_err(|e| e.to_string())?;
-    let capacity = (s.prompt + s.new_tokens).next_power_of_two().min(w.model.positions());
-    let compile = CompileOptions { threads: s.threads, ..CompileOptions::default() };
-    let options = GeneratorOptions { target: t, compile, capacity: Some(capacity), cached: true };
-    let generator = Generator::new(w.model.clone(), &params, &options).map_err(|e| e.to_string())?;
     let vocab = w.model.vocab() as i64;
     let prompt: Vec<i64> = (0..s.prompt as i64).map(|i| (i * 7919) % vocab).collect();
+    let generator = build(&w.model, &params, BTreeMap::new(), t, s)?;
+    time_phases(&generator, &prompt, w.name, target, s, "")
+}
+
+/// The generator of `model` for `s`, its cache the size of one run.
+fn build(
+    model: &CausalLm,
+    params: &ParamStore,
+    quantized: BTreeMap<String, rustral::frontend::QuantFormat>,
+    target: Target,
+    s: &Settings,
+) -> Result<Generator, String> {
+    let capacity = (s.prompt + s.new_tokens).next_power_of_two().min(model.positions());
+    let compile = CompileOptions { threads: s.threads, ..CompileOptions::default() };
+    let options =
+        GeneratorOptions { target, compile, capacity: Some(capacity), quantized, ..GeneratorOptions::default() };
+    Generator::new(model.clone(), params, &options).map_err(|e| e.to_string())
+}
+
+/// The name of the GGUF row's manifests (`{GGUF_ROW}_prefill`, `_decode`).
+pub const GGUF_ROW: &str = "smollm2_q4_1";
+
+/// Prefill and decode manifests of a GGUF chat model (SmolLM2-135M-Instruct Q4_1) on `target`,
+/// weights kept quantized, on the prompt `bench/node/llama_bench.mjs` gives llama.cpp: id
+/// `100 + i * 7919 mod (vocab - 100)`. The decode manifest's description records the bytes
+/// of weights a token reads and the memory bandwidth measured now, on as many threads.
+pub fn measure_gguf(path: &Path, target: &str, s: &Settings) -> Result<[Manifest; 2], String> {
+    let t = parse_target(target)?;
+    let m = rustral::generate::load_gguf(path, false).map_err(|e| e.to_string())?;
+    let vocab = m.model.vocab() as i64;
+    let prompt: Vec<i64> = (0..s.prompt as i64).map(|i| 100 + (i * 7919) % (vocab - 100)).collect();
+    let generator = build(&m.model, &m.params, m.quantized.clone(), t, s)?;
+    let gbps = bandwidth_gbps(s.threads);
+    let note = format!(
+        "; reads {:.1} MB of weights a token; memory bandwidth {gbps:.2} GB/s now",
+        m.weight_bytes as f64 / 1e6
+    );
+    time_phases(&generator, &prompt, GGUF_ROW, target, s, &note)
+}
+
+/// Read bandwidth of this machine now: the best of five sums over a 512 MiB buffer, split
+/// over `threads` (what a memory-bound decode step can hope for).
+pub fn bandwidth_gbps(threads: usize) -> f64 {
+    use rayon::prelude::*;
+    let words = vec![1u64; 64 << 20];
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads.max(1)).build();
+    let Ok(pool) = pool else { return 0.0 };
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        let sum: u64 =
+            pool.install(|| words.par_chunks(1 << 16).map(|c| c.iter().fold(0u64, |a, &b| a.wrapping_add(b))).sum());
+        std::hint::black_box(sum);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (words.len() * 8) as f64 / best / 1e9
+}
+
+fn parse_target(target: &str) -> Result<Target, String> {
+    match target {
+        "cpu" => Ok(Target::Cpu),
+        "candle-cpu" => Ok(Target::Candle(rustral::runtime::candle::Device::Cpu)),
+        "wgsl" => Ok(Target::Wgsl),
+        other => Err(format!("unknown target {other:?} (known: cpu, candle-cpu, wgsl)")),
+    }
+}
+
+/// Time `s.repeats` generations (after a warm-up) into a prefill and a decode manifest.
+fn time_phases(
+    generator: &Generator,
+    prompt: &[i64],
+    name: &str,
+    target: &str,
+    s: &Settings,
+    note: &str,
+) -> Result<[Manifest; 2], String> {
     let config = GenerationConfig { max_new_tokens: s.new_tokens, ..GenerationConfig::default() };
     let mut prefill = vec![];
     let mut decode = vec![];
     for run in 0..=s.repeats {
-        let g = generator.generate(&prompt, &config, &mut |_| true).map_err(|e| e.to_string())?;
+        let g = generator.generate(prompt, &config, &mut |_| true).map_err(|e| e.to_string())?;
         if run > 0 {
             prefill.push(g.prefill.as_secs_f64() * 1e3);
             decode.extend(g.decode_steps.iter().map(|d| d.as_secs_f64() * 1e3));
@@ -113,7 +180,7 @@ pub fn measure(w: &LmWorkload, folder: &Path, target: &str, s: &Settings) -> Res
     let manifest = |phase: &str, what: String, timings: Vec<f64>| Manifest {
         schema_version: manifest::SCHEMA_VERSION,
         unix_time: SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()),
-        workload: WorkloadInfo { name: format!("{}_{phase}", w.name), kind: Kind::Model, description: what },
+        workload: WorkloadInfo { name: format!("{name}_{phase}"), kind: Kind::Model, description: what },
         target: target.into(),
         threads: s.threads,
         pipeline: Pipeline { label: "O2".into(), level: "O2".into(), disabled: vec![], passes: vec![] },
@@ -131,12 +198,12 @@ pub fn measure(w: &LmWorkload, folder: &Path, target: &str, s: &Settings) -> Res
         build: Build::this(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))),
     };
     Ok([
-        manifest("prefill", format!("{}: prefill of a {}-token prompt (ms)", w.name, s.prompt), prefill),
+        manifest("prefill", format!("{name}: prefill of a {}-token prompt (ms)", s.prompt), prefill),
         manifest(
             "decode",
             format!(
-                "{}: one decode step after a {}-token prompt, {} tokens (ms per token)",
-                w.name, s.prompt, s.new_tokens
+                "{name}: one decode step after a {}-token prompt, {} tokens (ms per token){note}",
+                s.prompt, s.new_tokens
             ),
             decode,
         ),

@@ -64,6 +64,11 @@ enum Command {
         /// Where the checkpoints are (written when missing).
         #[arg(long, default_value = "bench/results/lm")]
         dir: PathBuf,
+        /// Also time this GGUF chat model (SmolLM2-135M-Instruct Q4_1, from
+        /// scripts/fetch-smollm2.sh) with its weights quantized, as the `smollm2_q4_1` rows that
+        /// bench/python/llama_cpp_bench.py times llama.cpp on.
+        #[arg(long)]
+        gguf: Option<PathBuf>,
         /// Where manifests go.
         #[arg(short, long, default_value = "bench/results/manifests")]
         out: PathBuf,
@@ -135,21 +140,36 @@ fn run(cli: Cli) -> Result<(), String> {
             eprintln!("ablation done in {:.1} s; manifests in {}", start.elapsed().as_secs_f64(), out.display());
             Ok(())
         }
-        Command::Generate { models, targets, prompt, new_tokens, repeats, threads, dir, out } => {
+        Command::Generate { models, targets, prompt, new_tokens, repeats, threads, dir, gguf, out } => {
             use rustral_bench::generate;
             let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
             let settings = generate::Settings { prompt, new_tokens, repeats, threads };
-            for w in generate::lm_workloads().iter().filter(|w| models.is_empty() || models.iter().any(|m| m == w.name))
-            {
-                let folder = generate::checkpoint(w, &dir)?;
+            let mut rows: Vec<Option<&generate::LmWorkload>> = vec![];
+            let workloads = generate::lm_workloads();
+            rows.extend(workloads.iter().filter(|w| models.is_empty() || models.iter().any(|m| m == w.name)).map(Some));
+            if gguf.is_some() {
+                rows.push(None);
+            }
+            for row in rows {
+                let folder = match row {
+                    Some(w) => Some(generate::checkpoint(w, &dir)?),
+                    None => None,
+                };
+                let name = row.map_or(generate::GGUF_ROW, |w| w.name);
                 for target in &targets {
                     // A model a target cannot hold (GPT-2's 154 MB embedding is over WebGPU's
-                    // default 128 MiB binding) is reported and skipped, not fatal to the rest.
-                    let measured = match generate::measure(w, &folder, target, &settings) {
+                    // default 128 MiB binding; quantized ops on WGSL) is reported and skipped,
+                    // not fatal to the rest.
+                    let result = match (row, &folder, &gguf) {
+                        (Some(w), Some(folder), _) => generate::measure(w, folder, target, &settings),
+                        (_, _, Some(path)) => generate::measure_gguf(path, target, &settings),
+                        _ => unreachable!("a row is a workload or the GGUF file"),
+                    };
+                    let measured = match result {
                         Ok(m) => m,
                         Err(e) => {
-                            eprintln!("{} on {target}: skipped: {e}", w.name);
+                            eprintln!("{name} on {target}: skipped: {e}");
                             continue;
                         }
                     };

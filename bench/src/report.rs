@@ -243,9 +243,21 @@ fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
 /// Manifests of the generation benchmark (`{model}_prefill`, `{model}_decode`): reported in
 /// their own section, not as pass ablations.
 fn is_generation(name: &str) -> bool {
+    let row = crate::generate::GGUF_ROW;
     crate::generate::lm_workloads()
         .iter()
-        .any(|w| name == format!("{}_prefill", w.name) || name == format!("{}_decode", w.name))
+        .map(|w| w.name)
+        .chain([row])
+        .any(|w| name == format!("{w}_prefill") || name == format!("{w}_decode"))
+}
+
+/// The memory-bandwidth bound of a decode manifest (its description records the weight bytes a
+/// token reads and the bandwidth measured beside it): tokens/s at that bandwidth.
+fn bandwidth_bound(description: &str) -> Option<f64> {
+    let after = |key: &str| -> Option<f64> { description.split(key).nth(1)?.split_whitespace().next()?.parse().ok() };
+    let mb = after("reads ")?;
+    let gbps = after("memory bandwidth ")?;
+    Some(gbps * 1e3 / mb)
 }
 
 /// Prefill and decode times per model and target, next to Hugging Face's `generate`.
@@ -255,12 +267,17 @@ fn generation(md: &mut String, ms: &[Manifest]) {
         return;
     }
     let _ = writeln!(md, "\n## Generation (`rustral-bench generate`, `bench/python/generate_bench.py`)\n");
-    let _ = writeln!(md, "| phase | target | threads | median ms | tokens/s | HF generate ms | HF / Rustral |");
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
-    for m in runs.iter().filter(|m| m.target != "hf-generate") {
-        let hf = runs
-            .iter()
-            .find(|h| h.target == "hf-generate" && h.workload.name == m.workload.name && h.threads == m.threads);
+    let _ = writeln!(
+        md,
+        "| phase | target | threads | median ms | tokens/s | HF generate ms | HF / Rustral | llama.cpp ms | llama.cpp / Rustral | bandwidth bound tokens/s |"
+    );
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+    let peers = ["hf-generate", "llama.cpp"];
+    for m in runs.iter().filter(|m| !peers.contains(&m.target.as_str())) {
+        let peer = |target: &str| {
+            runs.iter().find(|h| h.target == target && h.workload.name == m.workload.name && h.threads == m.threads)
+        };
+        let (hf, llama) = (peer("hf-generate"), peer("llama.cpp"));
         // A prefill's description names its prompt ("prefill of a 128-token prompt").
         let tokens: f64 = if m.workload.name.ends_with("_prefill") {
             m.workload
@@ -274,13 +291,16 @@ fn generation(md: &mut String, ms: &[Manifest]) {
         let t = m.stats.median_ms;
         let _ = writeln!(
             md,
-            "| {} | {} | {} | {t:.2} | {:.1} | {} | {} |",
+            "| {} | {} | {} | {t:.2} | {:.1} | {} | {} | {} | {} | {} |",
             m.workload.name,
             m.target,
             m.threads,
             tokens * 1e3 / t,
             hf.map_or("-".into(), |h| format!("{:.2}", h.stats.median_ms)),
             hf.map_or("-".into(), |h| format!("{:.2}x", h.stats.median_ms / t)),
+            llama.map_or("-".into(), |h| format!("{:.2}", h.stats.median_ms)),
+            llama.map_or("-".into(), |h| format!("{:.2}x", h.stats.median_ms / t)),
+            bandwidth_bound(&m.workload.description).map_or("-".into(), |b| format!("{b:.0}")),
         );
     }
 }

@@ -78,6 +78,9 @@ pub struct TraceOptions {
     /// Trace for generation with a KV cache of this many positions (see [`KvCache`]); None
     /// traces the plain forward pass.
     pub kv_cache: Option<usize>,
+    /// Parameters (full names) bound in a block-quantized format: layers that own one declare
+    /// it as `u8` blocks and trace `quant_matmul` / `dequantize` on it (see [`ForwardCtx::quantized`]).
+    pub quantized: std::collections::BTreeMap<String, rustral_ir::QuantFormat>,
 }
 
 /// What a KV-cache trace adds to a causal LM's graph. Inputs: `position` (an i64 scalar, the
@@ -112,6 +115,7 @@ impl Default for TraceOptions {
             shape: ShapePolicy::symbolic(),
             name: "model".into(),
             kv_cache: None,
+            quantized: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -278,6 +282,32 @@ impl ForwardCtx {
     /// Parameter shapes must be static.
     pub fn param(&mut self, name: &str, dims: &[Dim], init: Init) -> Result<Tensor> {
         self.param_typed(name, dims, DType::F32, init)
+    }
+
+    /// The block format parameter `name` (in the current scope) is bound in, when the trace
+    /// options say it is quantized.
+    pub fn quantized(&self, name: &str) -> Option<rustral_ir::QuantFormat> {
+        let path = self.path();
+        let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
+        self.options.quantized.get(&full).copied()
+    }
+
+    /// A `[rows, k]` weight bound in `format`'s blocks: a `u8` parameter `[rows, row_bytes]`.
+    pub fn quantized_param(
+        &mut self,
+        name: &str,
+        rows: usize,
+        k: usize,
+        format: rustral_ir::QuantFormat,
+    ) -> Result<Tensor> {
+        let row_bytes = format.row_bytes(k).map_err(|e| {
+            let path = self.path();
+            Error::Param {
+                name: if path.is_empty() { name.to_string() } else { format!("{path}.{name}") },
+                message: e.to_string(),
+            }
+        })?;
+        self.param_typed(name, &[Dim::fixed(rows), Dim::fixed(row_bytes)], DType::U8, Init::Zeros)
     }
 
     /// A parameter of any float dtype.

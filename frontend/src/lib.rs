@@ -7,6 +7,7 @@
 
 mod ctx;
 mod error;
+pub mod gguf;
 mod init;
 pub mod nn;
 mod params;
@@ -19,5 +20,5 @@ pub use ctx::{
 pub use error::{Error, Result};
 pub use init::{Init, ParamSpec};
 pub use params::{ParamStore, ParamValue};
-pub use rustral_ir::{DType, Dim};
+pub use rustral_ir::{DType, Dim, QuantFormat};
 pub use tensor::Tensor;

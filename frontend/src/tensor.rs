@@ -261,6 +261,16 @@ impl Tensor {
         self.record(Op::MatMul, &[other])
     }
 
+    /// `self[..., k] @ dequantize(w)^T` for `w: u8[n, row_bytes]` in `format` (`Op::QuantMatMul`).
+    pub fn quant_matmul(&self, w: &Tensor, format: rustral_ir::QuantFormat) -> Result<Tensor> {
+        self.record(Op::QuantMatMul { format }, &[w])
+    }
+
+    /// `u8` blocks `[..., row_bytes]` to their f32 weights (`Op::Dequantize`).
+    pub fn dequantize(&self, format: rustral_ir::QuantFormat) -> Result<Tensor> {
+        self.record(Op::Dequantize { format }, &[])
+    }
+
     /// Same elements, new shape (element counts must agree, symbolically).
     pub fn reshape(&self, dims: &[Dim]) -> Result<Tensor> {
         self.record(Op::Reshape { shape: Shape(dims.to_vec()) }, &[])

@@ -23,10 +23,15 @@ pub enum DType {
     I64,
     /// Boolean; produced by comparisons, consumed by `where`.
     Bool,
+    /// Unsigned byte: storage for block-quantized weights (`rustral_ir::QuantFormat`). No
+    /// arithmetic takes it; `dequantize` and `quant_matmul` read it, and the layout ops that
+    /// move whole rows (`gather`, `slice`, `reshape`) carry it.
+    U8,
 }
 
 impl DType {
-    /// Every dtype, in declaration order (used by tests and property generators).
+    /// Every dtype that computes, in declaration order (used by tests and property
+    /// generators); `U8`, storage only, is not among them.
     pub const ALL: [DType; 7] = [DType::F16, DType::BF16, DType::F32, DType::F64, DType::I32, DType::I64, DType::Bool];
 
     /// The name used in the text IR and in JSON.
@@ -39,6 +44,7 @@ impl DType {
             DType::I32 => "i32",
             DType::I64 => "i64",
             DType::Bool => "bool",
+            DType::U8 => "u8",
         }
     }
 
@@ -55,7 +61,7 @@ impl DType {
     /// Bytes per element, for memory plans and cost models.
     pub fn size_bytes(self) -> usize {
         match self {
-            DType::Bool => 1,
+            DType::Bool | DType::U8 => 1,
             DType::F16 | DType::BF16 => 2,
             DType::F32 | DType::I32 => 4,
             DType::F64 | DType::I64 => 8,
@@ -72,6 +78,6 @@ impl fmt::Display for DType {
 impl FromStr for DType {
     type Err = ();
     fn from_str(s: &str) -> Result<Self, ()> {
-        DType::ALL.into_iter().find(|d| d.name() == s).ok_or(())
+        DType::ALL.into_iter().chain([DType::U8]).find(|d| d.name() == s).ok_or(())
     }
 }

@@ -5,6 +5,7 @@
 use crate::dtype::DType;
 use crate::float::F64;
 use crate::op::{Activation, BinaryOp, ElementwiseExpr, ExprNode, Literal, Op, ReduceOp, UnaryOp};
+use crate::quant::QuantFormat;
 use crate::shape::{Dim, Shape, TensorType, broadcast_shapes, broadcasts_to, is_identifier};
 
 /// Why an op cannot be typed; the caller adds the node and its provenance.
@@ -17,7 +18,70 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
     if args.len() < lo || args.len() > hi {
         return Err(arity_reason(op, lo, hi, args.len()));
     }
+    storage_only(op, args, declared)?;
     op.type_rule(args, declared)
+}
+
+/// `u8` holds packed blocks: only `dequantize` and `quant_matmul` read it, the row-moving
+/// layout ops carry it, and only `input` and `param` declare it.
+fn storage_only(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<(), Reason> {
+    let carries = matches!(
+        op,
+        Op::Dequantize { .. } | Op::QuantMatMul { .. } | Op::Gather { .. } | Op::Slice { .. } | Op::Reshape { .. }
+    );
+    let declares = matches!(op, Op::Input { .. } | Op::Param { .. });
+    let reads_u8 = args
+        .iter()
+        .enumerate()
+        .any(|(i, a)| a.dtype == DType::U8 && !(carries && i == 0) && !matches!(op, Op::QuantMatMul { .. }));
+    if reads_u8 || (op.decl().family == crate::op::KernelFamily::Source && !declares && declared.dtype == DType::U8) {
+        return Err(format!(
+            "`{}` cannot take u8: u8 holds quantized blocks, read only by dequantize and quant_matmul",
+            op.name()
+        ));
+    }
+    Ok(())
+}
+
+/// `dequantize`: `u8[..., row_bytes]` of whole blocks to `f32[..., k]`.
+pub(crate) fn dequantize(w: &TensorType, format: QuantFormat) -> Result<TensorType, Reason> {
+    if w.dtype != DType::U8 {
+        return Err(format!("dequantize reads u8 blocks, found {}", w.dtype));
+    }
+    let Some((last, rest)) = w.shape.0.split_last() else {
+        return Err("dequantize needs rows of blocks, found a scalar".into());
+    };
+    let k = quant_row(last, format)?;
+    let mut dims = rest.to_vec();
+    dims.push(Dim::Static(k));
+    Ok(TensorType { dtype: DType::F32, shape: Shape(dims) })
+}
+
+/// `quant_matmul`: f32 `x[..., k]` against `u8 w[n, row_bytes]` holding `k` weights a row.
+pub(crate) fn quant_matmul(x: &TensorType, w: &TensorType, format: QuantFormat) -> Result<TensorType, Reason> {
+    if x.dtype != DType::F32 || w.dtype != DType::U8 {
+        return Err(format!("quant_matmul takes f32 activations and u8 blocks, found {} and {}", x.dtype, w.dtype));
+    }
+    let ([n, row], Some((xk, rest))) = (&w.shape.0[..], x.shape.0.split_last()) else {
+        return Err(format!(
+            "quant_matmul needs x of rank >= 1 and w [n, row_bytes], found {} and {}",
+            x.shape, w.shape
+        ));
+    };
+    let k = quant_row(row, format)?;
+    if *xk != Dim::Static(k) {
+        return Err(format!("x's last dim {xk} is not the {k} weights of a {format} row of {row} bytes"));
+    }
+    let mut dims = rest.to_vec();
+    dims.push(n.clone());
+    Ok(TensorType { dtype: DType::F32, shape: Shape(dims) })
+}
+
+fn quant_row(row: &Dim, format: QuantFormat) -> Result<usize, Reason> {
+    let Dim::Static(bytes) = row else {
+        return Err(format!("a row of {format} blocks needs a static width, found {row}"));
+    };
+    format.row_weights(*bytes).map_err(|e| e.to_string())
 }
 
 /// `input` and `param`: a non-empty name, the declared type.

@@ -18,6 +18,7 @@ mod graph;
 mod infer;
 mod op;
 mod parse;
+mod quant;
 pub mod samples;
 mod serial;
 mod shape;
@@ -37,6 +38,7 @@ pub use op::{
     INTEGER_DIVISION_BY_ZERO, KernelFamily, Literal, Op, OpClass, OpDecl, Real, ReduceOp, UnaryOp,
 };
 pub use parse::parse;
+pub use quant::{QuantError, QuantFormat, f16_at, k_scale_min};
 pub use serial::{FORMAT_VERSION, GraphRepr, NodeRepr, OutputRepr, from_binary, from_json, to_binary, to_json};
 pub use shape::{Dim, Shape, SymProduct, TensorType, broadcast_shapes, broadcasts_to, is_identifier};
 pub use text::{op_text, print};

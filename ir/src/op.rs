@@ -24,6 +24,7 @@ mod scalar;
 use crate::dtype::DType;
 use crate::float::F64;
 use crate::infer::{self as rule, Reason};
+use crate::quant::QuantFormat;
 use crate::shape::{Dim, Shape, TensorType};
 pub use attr::{AttrVisitor, AttrWriter, Choice};
 pub use elementwise::{Activation, BinaryOp, GeluApprox, ReduceOp, UnaryOp};
@@ -134,6 +135,22 @@ pub enum Op {
     /// `a[..., m, k] @ b[..., k, n] -> [..., m, n]`; both ranks >= 2, batch dims broadcast.
     #[serde(rename = "matmul")]
     MatMul,
+    /// `w[..., row_bytes]` (`u8`) of `format`'s blocks, each row a run of whole blocks, to
+    /// f32 `[..., k]` with `k = row_bytes / block_bytes * block_size`, by the format's exact
+    /// dequantization (`QuantFormat::dequantize`).
+    Dequantize {
+        /// The block format.
+        format: QuantFormat,
+    },
+    /// `x[..., k] @ dequantize(w)^T`: f32 activations against a quantized `w[n, row_bytes]`
+    /// (`u8`, one row of blocks per output feature) to f32 `[..., n]`. The same values as
+    /// `matmul(x, transpose(dequantize(w)))` up to summation order; kernels read the blocks
+    /// and never hold the f32 matrix.
+    #[serde(rename = "quant_matmul")]
+    QuantMatMul {
+        /// The block format.
+        format: QuantFormat,
+    },
     /// Same elements in row-major order with a new shape of equal (symbolic) element count.
     Reshape {
         /// The new shape.
@@ -321,6 +338,8 @@ impl Op {
             Op::Cast { .. } => decl("cast", 1, 1, Primitive, Pointwise),
             Op::Reduce { op, .. } => decl(op.name(), 1, 1, Primitive, Rows),
             Op::MatMul => decl("matmul", 2, 2, Primitive, MatMul),
+            Op::Dequantize { .. } => decl("dequantize", 1, 1, Primitive, Pointwise),
+            Op::QuantMatMul { .. } => decl("quant_matmul", 2, 2, Primitive, MatMul),
             Op::Reshape { .. } => decl("reshape", 1, 1, Primitive, Layout),
             Op::Permute { .. } => decl("permute", 1, 1, Primitive, Layout),
             Op::BroadcastTo { .. } => decl("broadcast_to", 1, 1, Primitive, Layout),
@@ -381,6 +400,7 @@ impl Op {
                 v.bool("causal", causal);
             }
             Op::CachedAttention { scale } => v.float("scale", scale),
+            Op::Dequantize { format } | Op::QuantMatMul { format } => attr::choice(v, "format", format),
             Op::MatMulEpilogue { activation } => attr::choice(v, "activation", activation),
         }
     }
@@ -400,6 +420,8 @@ impl Op {
             Op::Cast { to } => Ok(TensorType { dtype: *to, shape: args[0].shape.clone() }),
             Op::Reduce { op, axes, keepdim } => rule::reduce(*op, axes, *keepdim, args[0]),
             Op::MatMul => rule::matmul(args[0], args[1]),
+            Op::Dequantize { format } => rule::dequantize(args[0], *format),
+            Op::QuantMatMul { format } => rule::quant_matmul(args[0], args[1], *format),
             Op::Reshape { shape } => rule::reshape(args[0], shape),
             Op::Permute { perm } => rule::permute(args[0], perm),
             Op::BroadcastTo { shape } => rule::broadcast_to(args[0], shape),
@@ -453,6 +475,8 @@ impl Op {
             Op::MatMulEpilogue { activation: Activation::None },
             Op::CrossEntropy,
             Op::FusedElementwise { body: ElementwiseExpr::default() },
+            Op::Dequantize { format: QuantFormat::Q8_0 },
+            Op::QuantMatMul { format: QuantFormat::Q8_0 },
         ]);
         k
     }
@@ -546,6 +570,8 @@ mod tests {
             Op::Cast { .. } => 8,
             Op::Reduce { .. } => 9,
             Op::MatMul => 10,
+            Op::Dequantize { .. } => 28,
+            Op::QuantMatMul { .. } => 29,
             Op::Reshape { .. } => 11,
             Op::Permute { .. } => 12,
             Op::BroadcastTo { .. } => 13,
@@ -571,13 +597,13 @@ mod tests {
         let kinds = Op::kinds();
         let mut seen: Vec<usize> = kinds.iter().map(variant).collect();
         seen.dedup();
-        assert_eq!(seen, (0..=27).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
+        assert_eq!(seen, (0..=29).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
         let mut names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
         let n = names.len();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), n, "op names must be unique");
-        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 18);
+        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 20);
     }
 
     #[test]
@@ -622,6 +648,8 @@ mod tests {
             Op::Attention { scale: F64(0.125), causal: true },
             Op::CachedAttention { scale: F64(0.25) },
             Op::UpdateSlice { axis: 2 },
+            Op::Dequantize { format: QuantFormat::Q6K },
+            Op::QuantMatMul { format: QuantFormat::Q4_1 },
             Op::MatMulEpilogue { activation: Activation::Silu },
             Op::RandomUniform { seed: 4_000_000_000 },
         ];

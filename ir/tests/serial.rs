@@ -129,7 +129,10 @@ fn schema_lists_every_declared_op() {
     }
     assert_eq!(names("/$defs/unary/enum"), spelled(&UnaryOp::ALL));
     assert_eq!(names("/$defs/binary/enum"), spelled(&BinaryOp::ALL));
-    assert_eq!(names("/$defs/dtype/enum"), spelled(&DType::ALL));
+    let mut dtypes = DType::ALL.to_vec();
+    dtypes.push(DType::U8);
+    assert_eq!(names("/$defs/dtype/enum"), spelled(&dtypes));
+    assert_eq!(names("/$defs/format_attr/properties/format/enum"), spelled(&rustral_ir::QuantFormat::ALL));
     assert_eq!(names("/$defs/op/oneOf/7/properties/reduce/properties/op/enum"), spelled(&ReduceOp::ALL));
     let acts: Vec<String> = Activation::ALL.iter().map(|a| a.name().to_string()).collect();
     let schema_acts = schema.to_string();

@@ -5,6 +5,7 @@
 
 mod bert;
 mod config;
+pub mod gguf;
 mod gpt2;
 mod llama;
 mod minilm;

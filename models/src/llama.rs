@@ -98,9 +98,10 @@ impl Llama {
         let hd = c.head_dim.unwrap_or(d / c.num_attention_heads);
         let (q_out, kv_out) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);
         let embed = Embedding::new("embed_tokens", c.vocab_size, d);
-        let (table, h) = ctx.scope("model", |ctx| {
+        let (table, format, h) = ctx.scope("model", |ctx| {
             let table = embed.weight(ctx)?;
-            let mut h = ctx.scope("embed_tokens", |_| table.gather(ids, 0))?;
+            let format = embed.format(ctx);
+            let mut h = embed.lookup(ctx, &table, ids)?;
             for i in 0..c.num_hidden_layers {
                 let block = LlamaBlock {
                     input_norm: RmsNorm::new("input_layernorm", d, c.rms_norm_eps),
@@ -131,10 +132,13 @@ impl Llama {
                 h = ctx.scope(&format!("layers.{i}"), |ctx| block.forward(ctx, &h))?;
             }
             let h = RmsNorm::new("norm", d, c.rms_norm_eps).forward(ctx, &h)?;
-            Ok::<_, rustral_frontend::Error>((table, crate::last_position(ctx, &h)?))
+            Ok::<_, rustral_frontend::Error>((table, format, crate::last_position(ctx, &h)?))
         })?;
         if c.tie_word_embeddings {
-            ctx.scope("lm_head", |_| h.matmul(&table.transpose(0, 1)?))
+            ctx.scope("lm_head", |_| match format {
+                Some(format) => h.quant_matmul(&table, format),
+                None => h.matmul(&table.transpose(0, 1)?),
+            })
         } else {
             Linear::new("lm_head", d, c.vocab_size, false).forward(ctx, &h)
         }

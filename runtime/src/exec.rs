@@ -63,6 +63,12 @@ pub trait Backend: Sync {
     /// A host tensor on the target; `place` names the buffer for errors.
     fn upload(&self, t: HostTensor, place: &Place) -> Result<Self::Value, Self::Error>;
 
+    /// As `upload`, from a borrowed tensor (parameters: the host copy stays with its owner).
+    /// The default clones; targets that convert anyway convert from the borrow.
+    fn upload_ref(&self, t: &HostTensor, place: &Place) -> Result<Self::Value, Self::Error> {
+        self.upload(t.clone(), place)
+    }
+
     /// A value back on the host, rounded to `dtype`.
     fn download(&self, v: &Self::Value, dtype: DType, place: &Place) -> Result<HostTensor, Self::Error>;
 
@@ -199,7 +205,7 @@ impl<B: Backend> Executor<B> {
                 let value =
                     params.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
                 feeds::check(name, &buf.ty, value.dtype, value.shape(), &mut BTreeMap::new())?;
-                let v = self.backend.upload(value.clone(), &self.buffer_place(b))?;
+                let v = self.backend.upload_ref(value, &self.buffer_place(b))?;
                 self.params.insert(b, v);
             }
         }

@@ -34,8 +34,13 @@ impl HostTensor {
     }
 
     /// Wrap an array, rounding each value to `dtype`.
-    pub fn from_array(dtype: DType, data: ArrayD<f64>) -> HostTensor {
-        HostTensor { dtype, data: data.mapv(|x| round_to(dtype, x)) }
+    pub fn from_array(dtype: DType, mut data: ArrayD<f64>) -> HostTensor {
+        // In place: parameters pass through here at bind time, and a copy of each would
+        // double the peak memory of loading a checkpoint.
+        if dtype != DType::F64 {
+            data.mapv_inplace(|x| round_to(dtype, x));
+        }
+        HostTensor { dtype, data }
     }
 
     /// An f32 tensor from f32 values.

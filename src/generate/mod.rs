@@ -8,11 +8,14 @@
 //!
 //! Left out for now: batches of several prompts (left padding), speculative decoding.
 
+mod gguf;
 pub mod sampling;
 pub mod text;
 
+pub use gguf::{GgufModel, load_gguf};
+
 use crate::{CompileOptions, Error, Result, Session, State, Target};
-use rustral_frontend::{ParamSpec, ParamStore, TraceOptions, Traced, trace_named};
+use rustral_frontend::{ParamSpec, ParamStore, QuantFormat, TraceOptions, Traced, trace_named};
 use rustral_ir::Graph;
 use rustral_models::{Gpt2, Gpt2Config, Llama, LlamaConfig};
 use rustral_runtime::HostTensor;
@@ -60,7 +63,22 @@ impl CausalLm {
 
     /// Trace `input_ids -> logits`, with a KV cache of `capacity` positions or without one.
     pub fn trace(&self, capacity: Option<usize>) -> Result<Traced> {
-        let options = TraceOptions { kv_cache: capacity, name: self.name().into(), ..TraceOptions::default() };
+        self.trace_quantized(capacity, &BTreeMap::new())
+    }
+
+    /// As [`CausalLm::trace`], with the named parameters bound in block formats (their
+    /// layers trace `quant_matmul` and `dequantize`).
+    pub fn trace_quantized(
+        &self,
+        capacity: Option<usize>,
+        quantized: &BTreeMap<String, QuantFormat>,
+    ) -> Result<Traced> {
+        let options = TraceOptions {
+            kv_cache: capacity,
+            name: self.name().into(),
+            quantized: quantized.clone(),
+            ..TraceOptions::default()
+        };
         Ok(trace_named(options, |ctx| {
             let logits = match self {
                 CausalLm::Gpt2(c) => {
@@ -104,11 +122,19 @@ pub struct GeneratorOptions {
     /// Use the KV cache (prefill + decode programs); false reruns the whole sequence through
     /// the plain forward program at every step (the baseline the cache is checked against).
     pub cached: bool,
+    /// Parameters bound in block formats (from [`load_gguf`]); empty for f32 checkpoints.
+    pub quantized: BTreeMap<String, QuantFormat>,
 }
 
 impl Default for GeneratorOptions {
     fn default() -> GeneratorOptions {
-        GeneratorOptions { target: Target::Cpu, compile: CompileOptions::default(), capacity: None, cached: true }
+        GeneratorOptions {
+            target: Target::Cpu,
+            compile: CompileOptions::default(),
+            capacity: None,
+            cached: true,
+            quantized: BTreeMap::new(),
+        }
     }
 }
 
@@ -190,6 +216,7 @@ impl Generator {
     /// Trace `model`, compile its programs for `options.target` and bind `params`.
     pub fn new(model: CausalLm, params: &ParamStore, options: &GeneratorOptions) -> Result<Generator> {
         let positions = model.positions();
+        let host = crate::session::host_params(params)?;
         let mut compilations = 0;
         let mut compile = |graph: &Graph, beside: Option<&Session>| -> Result<Session> {
             compilations += 1;
@@ -197,7 +224,7 @@ impl Generator {
                 Some(other) => Session::compile_beside(graph, other, &options.compile)?,
                 None => Session::compile(graph, options.target.clone(), &options.compile)?,
             };
-            s.bind(params)?;
+            s.bind_host(&host)?;
             Ok(s)
         };
         let programs = if options.cached {
@@ -207,7 +234,7 @@ impl Generator {
                     "a KV cache of {capacity} positions: the model has 1 to {positions}"
                 )));
             }
-            let traced = model.trace(Some(capacity))?;
+            let traced = model.trace_quantized(Some(capacity), &options.quantized)?;
             let prefill_graph = pinned(&traced.graph, &[("batch", 1)])?;
             let decode_graph = pinned(&traced.graph, &[("batch", 1), ("seq", 1)])?;
             let prefill = compile(&prefill_graph, None)?;
@@ -224,7 +251,7 @@ impl Generator {
                 .collect();
             Programs::Cached { prefill: Box::new(prefill), decode: Box::new(decode), capacity, caches }
         } else {
-            let traced = model.trace(None)?;
+            let traced = model.trace_quantized(None, &options.quantized)?;
             Programs::Uncached(Box::new(compile(&pinned(&traced.graph, &[("batch", 1)])?, None)?))
         };
         Ok(Generator { model, programs, compilations })
@@ -312,6 +339,20 @@ impl Generator {
             }
         }
         Ok(out)
+    }
+
+    /// The logits of the token after `prompt` (one prefill, nothing generated): what a
+    /// sampler would choose from first.
+    pub fn logits(&self, prompt: &[i64]) -> Result<Vec<f32>> {
+        let vocab = self.model.vocab() as i64;
+        if prompt.is_empty() || prompt.len() > self.capacity() || prompt.iter().any(|id| !(0..vocab).contains(id)) {
+            return Err(Error::Usage(format!("the prompt must have 1 to {} ids in 0..{vocab}", self.capacity())));
+        }
+        let mut state = match &self.programs {
+            Programs::Cached { prefill, caches, .. } => Some(zero_caches(prefill, caches)?),
+            Programs::Uncached(_) => None,
+        };
+        self.step(prompt, 0, state.as_mut())
     }
 
     /// The last position's logits after `sequence`, of which `generated` are new: the prefill

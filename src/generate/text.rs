@@ -58,6 +58,77 @@ impl TextTokenizer {
         Ok(TextTokenizer { inner, chat_template, bos_token, eos_token, path: path.to_path_buf() })
     }
 
+    /// The tokenizer a GGUF file describes (`tokenizer.ggml.model = gpt2`: byte-level BPE from
+    /// `tokens` and `merges`, control tokens special), built as Hugging Face transformers
+    /// builds it from the same file, with `tokenizer.chat_template` and the BOS/EOS ids.
+    pub fn from_gguf(g: &rustral_frontend::gguf::Gguf, path: &Path) -> Result<TextTokenizer, Error> {
+        let bad = |e: rustral_frontend::gguf::GgufError| Error::Usage(e.to_string());
+        let model = g.str("tokenizer.ggml.model").map_err(bad)?;
+        if model != "gpt2" {
+            return Err(tok_error(
+                path,
+                "tokenizer",
+                format!("tokenizer.ggml.model {model:?} is not supported (byte-level BPE, \"gpt2\", is)"),
+            ));
+        }
+        let tokens = g.strings("tokenizer.ggml.tokens").map_err(bad)?;
+        let merges = g.strings("tokenizer.ggml.merges").map_err(bad)?;
+        let types: Vec<u64> = match g.get("tokenizer.ggml.token_type") {
+            Some(rustral_frontend::gguf::GgufValue::Array(v)) => v.iter().map(|t| t.as_u64().unwrap_or(1)).collect(),
+            _ => vec![1; tokens.len()],
+        };
+        let mut vocab = serde_json::Map::new();
+        for (id, t) in tokens.iter().enumerate() {
+            if vocab.insert((*t).to_string(), serde_json::Value::from(id)).is_some() {
+                return Err(tok_error(
+                    path,
+                    "tokenizer",
+                    format!("token {t:?} appears twice in tokenizer.ggml.tokens"),
+                ));
+            }
+        }
+        let pairs: Vec<serde_json::Value> = merges
+            .iter()
+            .map(|m| match m.split_once(' ') {
+                Some((a, b)) if !b.contains(' ') => Ok(serde_json::json!([a, b])),
+                _ => Err(tok_error(path, "tokenizer", format!("merge {m:?} is not two tokens"))),
+            })
+            .collect::<Result<_, _>>()?;
+        // GGML token types: 3 control (special), 4 user-defined (added, not special).
+        let added: Vec<serde_json::Value> = types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| matches!(t, 3 | 4))
+            .map(|(id, t)| {
+                serde_json::json!({"id": id, "content": tokens[id], "single_word": false, "lstrip": false,
+                    "rstrip": false, "normalized": false, "special": *t == 3})
+            })
+            .collect();
+        let byte_level = serde_json::json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true});
+        let json = serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": added,
+            "normalizer": null, "pre_tokenizer": byte_level, "post_processor": null, "decoder": byte_level,
+            "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+                "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                "vocab": vocab, "merges": pairs},
+        });
+        let inner: tokenizers::Tokenizer = json
+            .to_string()
+            .parse()
+            .map_err(|e| tok_error(path, "cannot build the tokenizer from the file's vocabulary", e))?;
+        let token = |key: &str| -> Option<String> {
+            let id = g.get(key)?.as_u64()?;
+            tokens.get(usize::try_from(id).ok()?).map(|t| (*t).to_string())
+        };
+        Ok(TextTokenizer {
+            inner,
+            chat_template: g.get("tokenizer.chat_template").and_then(|v| v.as_str()).map(str::to_string),
+            bos_token: token("tokenizer.ggml.bos_token_id"),
+            eos_token: token("tokenizer.ggml.eos_token_id"),
+            path: path.to_path_buf(),
+        })
+    }
+
     /// Token ids of `text` (special tokens written in it are recognised; none are added).
     pub fn encode(&self, text: &str) -> Result<Vec<i64>, Error> {
         let enc = self.inner.encode(text, false).map_err(|e| tok_error(&self.path, "cannot encode the prompt", e))?;

@@ -220,14 +220,18 @@ impl Session {
 
     /// Bind parameter values (checked against their declarations).
     pub fn bind(&mut self, store: &ParamStore) -> Result<()> {
-        let mut params = HashMap::new();
-        for (name, v) in store.iter() {
-            let t = HostTensor::new(v.dtype, &v.shape, v.data.clone())
-                .map_err(|e| rustral_frontend::Error::Param { name: name.clone(), message: e.to_string() })?;
-            params.insert(name.clone(), t);
+        self.bind_host(&host_params(store)?)
+    }
+
+    /// Bind parameters already on the host as tensors (see [`host_params`]): sessions that
+    /// share a checkpoint (a generator's prefill and decode) convert it once.
+    pub fn bind_host(&mut self, params: &HashMap<String, HostTensor>) -> Result<()> {
+        self.runner.bind(params)?;
+        // Only the WGSL target's saved programs need the host copy afterwards.
+        #[cfg(feature = "wgsl")]
+        if self.runner.wgpu().is_some() {
+            self.params = params.clone();
         }
-        self.runner.bind(&params)?;
-        self.params = params;
         Ok(())
     }
 
@@ -306,4 +310,15 @@ impl Session {
     pub fn profile(&self, inputs: &[(&str, HostTensor)]) -> Result<Option<Vec<KernelTime>>> {
         self.runner.profile(&named(inputs))
     }
+}
+
+/// A store's values as host tensors by name, for [`Session::bind_host`].
+pub fn host_params(store: &ParamStore) -> Result<HashMap<String, HostTensor>> {
+    let mut params = HashMap::new();
+    for (name, v) in store.iter() {
+        let t = HostTensor::new(v.dtype, &v.shape, v.data.clone())
+            .map_err(|e| rustral_frontend::Error::Param { name: name.clone(), message: e.to_string() })?;
+        params.insert(name.clone(), t);
+    }
+    Ok(params)
 }

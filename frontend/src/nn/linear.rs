@@ -43,6 +43,15 @@ impl Module for Linear {
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
         ctx.scope(&self.name, |ctx| {
             let init = Init::Normal { std: 0.02 };
+            if let (Some(format), WeightLayout::OutIn) = (ctx.quantized("weight"), self.layout) {
+                let w = ctx.quantized_param("weight", self.d_out, self.d_in, format)?;
+                let y = x.quant_matmul(&w, format)?;
+                return if self.bias {
+                    y.add(&ctx.param("bias", &[Dim::fixed(self.d_out)], Init::Zeros)?)
+                } else {
+                    Ok(y)
+                };
+            }
             let w = match self.layout {
                 WeightLayout::OutIn => {
                     ctx.param("weight", &[Dim::fixed(self.d_out), Dim::fixed(self.d_in)], init)?.transpose(0, 1)?
@@ -72,10 +81,27 @@ impl Embedding {
         Embedding { name: name.into(), vocab, dim }
     }
 
-    /// The table itself (for tied output projections).
+    /// The table itself (for tied output projections): f32 `[vocab, dim]`, or `u8` blocks
+    /// `[vocab, row_bytes]` when the trace binds it quantized.
     pub fn weight(&self, ctx: &mut ForwardCtx) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            ctx.param("weight", &[Dim::fixed(self.vocab), Dim::fixed(self.dim)], Init::Normal { std: 0.02 })
+        ctx.scope(&self.name, |ctx| match ctx.quantized("weight") {
+            Some(format) => ctx.quantized_param("weight", self.vocab, self.dim, format),
+            None => ctx.param("weight", &[Dim::fixed(self.vocab), Dim::fixed(self.dim)], Init::Normal { std: 0.02 }),
+        })
+    }
+
+    /// The block format of the table, when it is bound quantized.
+    pub fn format(&self, ctx: &mut ForwardCtx) -> Option<rustral_ir::QuantFormat> {
+        ctx.scope(&self.name, |ctx| ctx.quantized("weight"))
+    }
+
+    /// Rows of `table` (from [`Embedding::weight`]) for `ids`: a quantized table's rows are
+    /// gathered as blocks and dequantized, so only the picked rows are unpacked.
+    pub fn lookup(&self, ctx: &mut ForwardCtx, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
+        let format = self.format(ctx);
+        ctx.scope(&self.name, |_| match format {
+            Some(format) => table.gather(ids, 0)?.dequantize(format),
+            None => table.gather(ids, 0),
         })
     }
 }
@@ -83,6 +109,6 @@ impl Embedding {
 impl Module for Embedding {
     fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
         let w = self.weight(ctx)?;
-        ctx.scope(&self.name, |_| w.gather(ids, 0))
+        self.lookup(ctx, &w, ids)
     }
 }

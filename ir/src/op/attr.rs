@@ -18,6 +18,15 @@ pub trait Choice: Copy + PartialEq + 'static {
     fn spelling(self) -> &'static str;
 }
 
+impl Choice for crate::quant::QuantFormat {
+    fn all() -> &'static [crate::quant::QuantFormat] {
+        &crate::quant::QuantFormat::ALL
+    }
+    fn spelling(self) -> &'static str {
+        self.name()
+    }
+}
+
 impl Choice for DType {
     fn all() -> &'static [DType] {
         &DType::ALL

@@ -215,6 +215,7 @@ impl DType {
             DType::I32 => (x as i64) as i32 as f64,
             DType::I64 => (x as i64) as f64,
             DType::Bool => f64::from(u8::from(x != 0.0)),
+            DType::U8 => f64::from(x as i64 as u8),
         }
     }
 }

@@ -64,7 +64,7 @@ impl Storage {
         match dtype {
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => Storage::F32,
             DType::I32 | DType::I64 => Storage::I32,
-            DType::Bool => Storage::U32,
+            DType::Bool | DType::U8 => Storage::U32,
         }
     }
 

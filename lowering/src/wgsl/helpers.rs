@@ -251,7 +251,7 @@ pub(crate) fn literal(sh: &mut Shader, v: f64) -> String {
 /// `x` rounded to `dtype`.
 pub(crate) fn round(sh: &mut Shader, dtype: DType, x: &str) -> String {
     match dtype {
-        DType::F32 | DType::F64 => x.to_string(),
+        DType::F32 | DType::F64 | DType::U8 => x.to_string(),
         DType::F16 => {
             sh.need(Helper::RoundF16);
             format!("round_f16({x})")

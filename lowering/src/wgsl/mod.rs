@@ -338,6 +338,10 @@ fn generate(
         Op::Attention { scale, causal } => attention::attention(ctx, head, scale.0, *causal, operands, out),
         Op::CachedAttention { scale } => attention::cached_attention(ctx, head, scale.0, operands, out),
         Op::UpdateSlice { axis } => Ok(pointwise::update_slice(ctx, head, *axis, operands, out)),
+        Op::Dequantize { .. } | Op::QuantMatMul { .. } => Err(format!(
+            "`{}` has no WGSL kernel yet: load the weights dequantized to f32 (rustral-generate --dequantize) for this target",
+            op.name()
+        )),
         // One invocation per output element: elementwise ops, layout ops, and the sources made
         // on the device (inputs, parameters and dense constants are bound, and say so there).
         Op::Unary(_)

@@ -55,7 +55,11 @@ impl Backend for CandleBackend {
     }
 
     fn dtype(v: &Tensor, declared: DType) -> DType {
-        ops::ir_dtype(v.dtype()).unwrap_or(declared)
+        match ops::ir_dtype(v.dtype()) {
+            // u8 holds both bools and quantized blocks.
+            Some(DType::Bool) if declared == DType::U8 => DType::U8,
+            d => d.unwrap_or(declared),
+        }
     }
 
     /// The op in candle, or None for the host. Candle refuses some edge cases the IR defines

@@ -32,6 +32,8 @@ pub fn lowering(op: &Op, operands: usize) -> Lowering {
         | Op::CrossEntropy => Lowering::Decomposed,
         // `Tensor::slice_set`: in place where the executor owns the target.
         Op::UpdateSlice { .. } => Lowering::Native,
+        // candle-core's quantized tensors (`QMatMul`, `QTensor::dequantize`).
+        Op::Dequantize { .. } | Op::QuantMatMul { .. } => Lowering::Native,
         // Made (or bound) on the host and uploaded.
         Op::Input { .. } | Op::Param { .. } | Op::Constant { .. } | Op::Iota { .. } | Op::RandomUniform { .. } => {
             Lowering::Host
@@ -60,7 +62,7 @@ pub fn candle_dtype(d: DType) -> CDType {
         DType::F64 => CDType::F64,
         DType::I32 => CDType::I32,
         DType::I64 => CDType::I64,
-        DType::Bool => CDType::U8,
+        DType::Bool | DType::U8 => CDType::U8,
     }
 }
 
@@ -135,6 +137,11 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
         },
         // The executor writes it (`Backend::update_slice`).
         Op::UpdateSlice { .. } => return Ok(None),
+        Op::Dequantize { format } => quantized(*format, args[0], dev)?.dequantize(dev)?.reshape(out)?,
+        Op::QuantMatMul { format } => {
+            let w = candle_core::quantized::QMatMul::from_qtensor(quantized(*format, args[1], dev)?)?;
+            candle_core::Module::forward(&w, &args[0].contiguous()?)?
+        }
         Op::MatMulEpilogue { activation } => {
             let y = args[0].contiguous()?.broadcast_matmul(&args[1].contiguous()?)?;
             let y = match args.get(2) {
@@ -162,6 +169,27 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
     };
     let t = if t.dtype() == candle_dtype(dtype) { t } else { t.to_dtype(candle_dtype(dtype))? };
     Ok(Some(t))
+}
+
+/// A `u8` tensor of `format`'s blocks (`[rows..., row_bytes]`) as candle's quantized tensor of
+/// `[rows, k]` weights. The bytes are copied out and back in at each call: the simple form,
+/// not yet the fast one (a bound parameter's quantized tensor is not kept between runs).
+fn quantized(format: rustral_ir::QuantFormat, w: &Tensor, dev: &Device) -> R<candle_core::quantized::QTensor> {
+    use candle_core::quantized::GgmlDType as G;
+    use rustral_ir::QuantFormat as Q;
+    let ggml = match format {
+        Q::Q8_0 => G::Q8_0,
+        Q::Q4_0 => G::Q4_0,
+        Q::Q4_1 => G::Q4_1,
+        Q::Q4K => G::Q4K,
+        Q::Q5K => G::Q5K,
+        Q::Q6K => G::Q6K,
+    };
+    let (rows, row_bytes) =
+        w.dims().split_last().map(|(last, rest)| (rest.iter().product::<usize>(), *last)).unwrap_or((0, 0));
+    let k = format.row_weights(row_bytes).map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    let bytes = w.flatten_all()?.to_vec1::<u8>()?;
+    candle_core::quantized::ggml_file::qtensor_from_ggml(ggml, &bytes, vec![rows, k], dev)
 }
 
 /// Float tensors only: candle's unary kernels panic (`todo!`) on integers.

@@ -66,6 +66,10 @@ impl Backend for CpuBackend {
         Ok(Storage::from_host(t))
     }
 
+    fn upload_ref(&self, t: &HostTensor, _: &Place) -> Result<Storage, CpuError> {
+        Ok(Storage::from_host_ref(t))
+    }
+
     fn download(&self, v: &Storage, _: rustral_ir::DType, _: &Place) -> Result<HostTensor, CpuError> {
         Ok(v.to_host())
     }
@@ -89,6 +93,9 @@ impl Backend for CpuBackend {
     ) -> Result<Option<Storage>, CpuError> {
         if let (Op::Reshape { .. }, Some(reshaped)) = (&kernel.op, args.first().and_then(|a| a.reshaped(shape))) {
             return Ok(Some(reshaped));
+        }
+        if let Some(out) = kernels::try_quantized(&kernel.op, args, shape) {
+            return Ok(Some(out));
         }
         match kernels::try_f32(&kernel.op, args, dtype, shape, self.elementwise == Elementwise::Jit) {
             Some(v) if v.len() != shape.iter().product::<usize>() => {
@@ -259,5 +266,6 @@ fn storage_dtype(v: &Storage) -> rustral_ir::DType {
     match v {
         Storage::F32(..) => rustral_ir::DType::F32,
         Storage::Wide(t) => t.dtype,
+        Storage::Bytes(..) => rustral_ir::DType::U8,
     }
 }

@@ -15,6 +15,8 @@ pub enum Storage {
     F32(Arc<Vec<f32>>, Vec<usize>),
     /// Any dtype, as the reference holds it.
     Wide(HostTensor),
+    /// `u8` blocks of quantized weights, row-major, shared like f32 values.
+    Bytes(Arc<Vec<u8>>, Vec<usize>),
 }
 
 impl Storage {
@@ -22,6 +24,8 @@ impl Storage {
     pub fn from_host_ref(t: &HostTensor) -> Storage {
         if t.dtype == DType::F32 {
             Storage::F32(Arc::new(t.data.iter().map(|&v| v as f32).collect()), t.shape().to_vec())
+        } else if t.dtype == DType::U8 {
+            Storage::Bytes(Arc::new(t.data.iter().map(|&v| v as u8).collect()), t.shape().to_vec())
         } else {
             Storage::Wide(t.clone())
         }
@@ -32,6 +36,8 @@ impl Storage {
         if t.dtype == DType::F32 {
             let shape = t.shape().to_vec();
             Storage::F32(Arc::new(t.data.iter().map(|&v| v as f32).collect()), shape)
+        } else if t.dtype == DType::U8 {
+            Storage::from_host_ref(&t)
         } else {
             Storage::Wide(t)
         }
@@ -46,6 +52,11 @@ impl Storage {
                     .expect("storage shape matches its values"),
             },
             Storage::Wide(t) => t.clone(),
+            Storage::Bytes(v, shape) => HostTensor {
+                dtype: DType::U8,
+                data: ArrayD::from_shape_vec(IxDyn(shape), v.iter().map(|&x| f64::from(x)).collect())
+                    .expect("storage shape matches its values"),
+            },
         }
     }
 
@@ -54,13 +65,14 @@ impl Storage {
         match self {
             Storage::F32(..) => DType::F32,
             Storage::Wide(t) => t.dtype,
+            Storage::Bytes(..) => DType::U8,
         }
     }
 
     /// The shape.
     pub fn shape(&self) -> &[usize] {
         match self {
-            Storage::F32(_, s) => s,
+            Storage::F32(_, s) | Storage::Bytes(_, s) => s,
             Storage::Wide(t) => t.shape(),
         }
     }
@@ -87,6 +99,7 @@ impl Storage {
         }
         match self {
             Storage::F32(v, _) => Some(Storage::F32(Arc::clone(v), shape.to_vec())),
+            Storage::Bytes(v, _) => Some(Storage::Bytes(Arc::clone(v), shape.to_vec())),
             Storage::Wide(t) => {
                 let data = t.data.as_standard_layout().into_owned().into_shape_with_order(IxDyn(shape)).ok()?;
                 Some(Storage::Wide(HostTensor { dtype: t.dtype, data }))
@@ -98,7 +111,15 @@ impl Storage {
     pub fn f32(&self) -> Option<&[f32]> {
         match self {
             Storage::F32(v, _) => Some(v),
-            Storage::Wide(_) => None,
+            _ => None,
+        }
+    }
+
+    /// The bytes, if this is u8 storage.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Storage::Bytes(v, _) => Some(v),
+            _ => None,
         }
     }
 }

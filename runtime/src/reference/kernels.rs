@@ -48,6 +48,16 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
         Op::Cast { to } => a(0).mapv(|x| to.cast(x)),
         Op::Reduce { op: r, axes, keepdim } => reduce(a(0), *r, axes, *keepdim),
         Op::MatMul => matmul(a(0), a(1))?,
+        Op::Dequantize { format } => dequantize(a(0), *format, out_shape)?,
+        Op::QuantMatMul { format } => {
+            let (n, row) = (a(1).shape()[0], a(1).shape()[1]);
+            let k = format.row_weights(row).map_err(|e| e.to_string())?;
+            let w = dequantize(a(1), *format, &[n, k])?.reversed_axes();
+            matmul(&a(0).view().insert_axis(Axis(0)).to_owned(), &w.into_dyn())?
+                .index_axis_move(Axis(0), 0)
+                .into_shape_with_order(IxDyn(out_shape))
+                .map_err(|e| e.to_string())?
+        }
         Op::Reshape { .. } => {
             a(0).as_standard_layout().into_owned().into_shape_with_order(IxDyn(out_shape)).map_err(|e| e.to_string())?
         }
@@ -173,6 +183,14 @@ fn broadcast_dims(a: &[usize], b: &[usize]) -> R<Vec<usize>> {
             }
         })
         .collect()
+}
+
+/// `format`'s blocks (one byte a value) to their f64 weights, shaped `out_shape`.
+fn dequantize(w: &ArrayD<f64>, format: rustral_ir::QuantFormat, out_shape: &[usize]) -> R<ArrayD<f64>> {
+    let bytes: Vec<u8> = w.iter().map(|&v| v as u8).collect();
+    let mut values = vec![0.0f32; out_shape.iter().product()];
+    format.dequantize(&bytes, &mut values).map_err(|e| e.to_string())?;
+    ArrayD::from_shape_vec(IxDyn(out_shape), values.into_iter().map(f64::from).collect()).map_err(|e| e.to_string())
 }
 
 fn gather(table: &ArrayD<f64>, idx: &ArrayD<f64>, axis: usize, out_shape: &[usize]) -> R<ArrayD<f64>> {

@@ -5,7 +5,7 @@
 use clap::{Parser, ValueEnum};
 use rustral::generate::sampling::SamplingConfig;
 use rustral::generate::text::{Message, StreamDecoder, TextTokenizer};
-use rustral::generate::{CausalLm, GenerationConfig, Generator, GeneratorOptions, StopReason, load_weights};
+use rustral::generate::{CausalLm, GenerationConfig, Generator, GeneratorOptions, StopReason, load_gguf, load_weights};
 use rustral::passes::OptLevel;
 use rustral::{CompileOptions, Target};
 use std::io::Write;
@@ -13,6 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 const EXAMPLES: &str = "Examples:
+  rustral-generate --weights SmolLM2-135M-Instruct.Q4_1.gguf --chat --prompt 'What is the capital of France?'
   rustral-generate --model llama --config config.json --weights model.safetensors \\
       --tokenizer tokenizer.json --chat --prompt 'What is the capital of France?'
   rustral-generate --model gpt2 --config config.json --weights model.safetensors \\
@@ -24,18 +25,23 @@ Exit status: 0 success, 1 a user error (a missing file, a bad option, a prompt t
 #[derive(Parser, Debug)]
 #[command(name = "rustral-generate", version, about = "Generate text with a causal LM compiled by Rustral.", after_help = EXAMPLES)]
 struct Args {
-    /// The architecture.
+    /// The architecture (not needed with a .gguf file, which says).
     #[arg(long, value_enum)]
-    model: Kind,
-    /// The Hugging Face config.json.
+    model: Option<Kind>,
+    /// The Hugging Face config.json (not needed with a .gguf file).
     #[arg(long)]
-    config: PathBuf,
-    /// The checkpoint (model.safetensors) under Hugging Face's parameter names.
+    config: Option<PathBuf>,
+    /// The checkpoint: model.safetensors under Hugging Face's parameter names, or a GGUF file
+    /// (config, tokenizer and chat template inside; quantized weights stay quantized).
     #[arg(long)]
     weights: PathBuf,
-    /// tokenizer.json (with tokenizer_config.json beside it for --chat).
+    /// tokenizer.json (with tokenizer_config.json beside it for --chat); a GGUF file has its own.
     #[arg(long)]
     tokenizer: Option<PathBuf>,
+    /// Dequantize a GGUF file's block-quantized weights to f32 at load (as Hugging Face
+    /// transformers does), for targets without quantized kernels (wgsl).
+    #[arg(long)]
+    dequantize: bool,
     /// The prompt as text (needs --tokenizer).
     #[arg(long, conflicts_with = "prompt_ids", required_unless_present = "prompt_ids")]
     prompt: Option<String>,
@@ -134,20 +140,37 @@ fn target(t: TargetName) -> Result<Target, String> {
 
 fn run(args: &Args) -> Result<(), String> {
     let s = |e: rustral::Error| e.to_string();
-    let kind = match args.model {
-        Kind::Gpt2 => "gpt2",
-        Kind::Llama => "llama",
-    };
-    for (what, path) in [("--config", &args.config), ("--weights", &args.weights)] {
-        if !path.exists() {
-            return Err(format!("{what} {}: no such file", path.display()));
-        }
+    if !args.weights.exists() {
+        return Err(format!("--weights {}: no such file", args.weights.display()));
     }
-    let model = CausalLm::from_config(kind, &args.config).map_err(s)?;
+    let started = std::time::Instant::now();
+    let gguf = args.weights.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+    let (model, params, quantized, file_tokenizer) = if gguf {
+        let m = load_gguf(&args.weights, args.dequantize).map_err(s)?;
+        (m.model, m.params, m.quantized, Some(m.tokenizer))
+    } else {
+        let (Some(kind), Some(config)) = (args.model, &args.config) else {
+            return Err("a safetensors checkpoint needs --model and --config (a .gguf file needs neither)".into());
+        };
+        if !config.exists() {
+            return Err(format!("--config {}: no such file", config.display()));
+        }
+        let kind = match kind {
+            Kind::Gpt2 => "gpt2",
+            Kind::Llama => "llama",
+        };
+        let model = CausalLm::from_config(kind, config).map_err(s)?;
+        let params = load_weights(&model, &args.weights).map_err(s)?;
+        (model, params, Default::default(), None)
+    };
+    let kind = match &model {
+        CausalLm::Gpt2(_) => "gpt2",
+        CausalLm::Llama(_) => "llama",
+    };
     let tokenizer = match &args.tokenizer {
         Some(path) if !path.exists() => return Err(format!("--tokenizer {}: no such file", path.display())),
         Some(path) => Some(TextTokenizer::from_file(path).map_err(s)?),
-        None => None,
+        None => file_tokenizer,
     };
     let prompt_ids = match (&args.prompt, &args.prompt_ids, &tokenizer) {
         (Some(_), _, None) => return Err("a text --prompt needs --tokenizer (or give --prompt-ids)".into()),
@@ -180,9 +203,8 @@ fn run(args: &Args) -> Result<(), String> {
     // of the model: SmolLM2's 8192 would be 377 MB of caches.
     let needed = (prompt_ids.len() + args.max_new_tokens).min(model.positions());
     let capacity = Some(args.capacity.unwrap_or(needed));
-    let options = GeneratorOptions { target: target(args.target)?, compile, capacity, cached: !args.no_cache };
-    let started = std::time::Instant::now();
-    let params = load_weights(&model, &args.weights).map_err(s)?;
+    let options =
+        GeneratorOptions { target: target(args.target)?, compile, capacity, cached: !args.no_cache, quantized };
     let generator = Generator::new(model, &params, &options).map_err(s)?;
     let compile_time = started.elapsed();
     let mut eos = args.eos_id.clone();

@@ -150,13 +150,42 @@ simd::multiversion! {
         let kvh = h / group;
         let g = bi * kvh + n / group;
         let (qb, kb, vb) = (bn * lq * d, g * lk * d, g * lk * dv);
-        let kt = transposed_keys(&k[kb..], filled, d);
         let mut row = vec![0.0f32; filled];
+        if lq <= DIRECT_QUERIES {
+            // A decode step: a score is one contiguous dot product per key, cheaper than
+            // transposing the keys for so few queries.
+            for i in 0..lq {
+                let qi = &q[qb + i * d..qb + (i + 1) * d];
+                for (j, r) in row.iter_mut().enumerate() {
+                    *r = dot(qi, &k[kb + j * d..kb + (j + 1) * d]) * scale;
+                }
+                attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
+            }
+            return;
+        }
+        let kt = transposed_keys(&k[kb..], filled, d);
         for i in 0..lq {
             scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
             attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
         }
     }
+}
+
+/// Queries at or below which cached attention takes scores as per-key dot products.
+const DIRECT_QUERIES: usize = 4;
+
+/// `a . b` in eight lanes (so that it vectorises).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac.remainder().iter().zip(bc.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ac.zip(bc) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
 }
 
 /// The first `rows` keys of a head (`[rows, d]` at the start of `k`) transposed to

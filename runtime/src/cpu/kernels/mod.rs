@@ -13,6 +13,7 @@ mod attention;
 mod layout;
 mod matmul;
 mod pointwise;
+mod quant;
 mod rows;
 
 use attention::*;
@@ -23,6 +24,39 @@ pub(super) use pointwise::interpret;
 use pointwise::*;
 pub(super) use pointwise::{binary, unary};
 use rows::*;
+
+/// The kernels over quantized blocks (`u8` storage): `quant_matmul`, `dequantize`, and the
+/// row gather of a quantized embedding table; None for anything else.
+pub(super) fn try_quantized(op: &Op, args: &[&Storage], out: &[usize]) -> Option<Storage> {
+    match op {
+        Op::QuantMatMul { format } => {
+            let (x, w) = (args[0].f32()?, args[1].bytes()?);
+            let k = *args[0].shape().last()?;
+            let n = args[1].shape()[0];
+            quant::quant_matmul(x, k, w, n, *format).map(|v| Storage::f32_values(v, out.to_vec()))
+        }
+        Op::Dequantize { format } => {
+            let w = args[0].bytes()?;
+            let mut values = vec![0.0f32; out.iter().product()];
+            format.dequantize(w, &mut values).ok()?;
+            Some(Storage::f32_values(values, out.to_vec()))
+        }
+        Op::Gather { axis: 0 } => {
+            let (table, shape) = (args[0].bytes()?, args[0].shape());
+            let Storage::Wide(ids) = args[1] else { return None };
+            let width: usize = shape[1..].iter().product();
+            let mut rows = Vec::with_capacity(ids.data.len() * width);
+            for &i in ids.data.iter() {
+                if i < 0.0 || i >= shape[0] as f64 {
+                    return None; // the reference path reports the bad index
+                }
+                rows.extend_from_slice(&table[i as usize * width..(i as usize + 1) * width]);
+            }
+            Some(Storage::Bytes(std::sync::Arc::new(rows), out.to_vec()))
+        }
+        _ => None,
+    }
+}
 
 /// Run `op` on f32 storage if a fast kernel exists for it; `out` is the bound output shape.
 /// `jit` chooses Cranelift-compiled fused elementwise kernels over the row interpreter.
@@ -113,6 +147,8 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         | Op::Gather { .. } => None,
         // Written in place by the executor (`Backend::update_slice`), not here.
         Op::UpdateSlice { .. } => None,
+        // Over u8 blocks: `try_quantized`.
+        Op::Dequantize { .. } | Op::QuantMatMul { .. } => None,
     }
 }
 
