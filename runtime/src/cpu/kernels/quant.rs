@@ -270,17 +270,16 @@ mod avx2 {
         }
     }
 
-    /// `sum(q * x)` over a Q8_0 block's 32 signed bytes.
+    /// `sum(q * x)` over a Q8_0 block's 32 signed bytes: four 8-byte loads that widen as they
+    /// load (`vpmovsxbd ymm, m64`), no shuffles.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn byte_dot(q: *const u8, xp: *const f32) -> __m256 {
         unsafe {
-            let q0 = _mm_loadu_si128(q.cast());
-            let q1 = _mm_loadu_si128(q.add(16).cast());
-            let mut s = _mm256_mul_ps(i8s(q0), _mm256_loadu_ps(xp));
-            s = _mm256_fmadd_ps(i8s(_mm_srli_si128(q0, 8)), _mm256_loadu_ps(xp.add(8)), s);
-            s = _mm256_fmadd_ps(i8s(q1), _mm256_loadu_ps(xp.add(16)), s);
-            _mm256_fmadd_ps(i8s(_mm_srli_si128(q1, 8)), _mm256_loadu_ps(xp.add(24)), s)
+            let w = |o: usize| i8s(_mm_loadl_epi64(q.add(o).cast()));
+            let a = _mm256_fmadd_ps(w(8), _mm256_loadu_ps(xp.add(8)), _mm256_mul_ps(w(0), _mm256_loadu_ps(xp)));
+            let b = _mm256_fmadd_ps(w(24), _mm256_loadu_ps(xp.add(24)), _mm256_mul_ps(w(16), _mm256_loadu_ps(xp.add(16))));
+            _mm256_add_ps(a, b)
         }
     }
 
