@@ -59,15 +59,7 @@ impl ParamStore {
                 message: format!("missing from the weights (expected {} {:?})", spec.dtype, spec.shape),
             })?;
             let value = decode(&spec.name, &view)?;
-            if value.shape != spec.shape {
-                let message =
-                    format!("shape {:?} in the weights, but the model declares {:?}", value.shape, spec.shape);
-                return Err(Error::Param { name: spec.name.clone(), message });
-            }
-            if value.dtype != spec.dtype {
-                let message = format!("dtype {} in the weights, but the model declares {}", value.dtype, spec.dtype);
-                return Err(Error::Param { name: spec.name.clone(), message });
-            }
+            check_value(spec, &value)?;
             values.insert(spec.name.clone(), value);
         }
         let mut names: Vec<String> = st.names().into_iter().map(|s| s.to_string()).collect();
@@ -78,6 +70,23 @@ impl ParamStore {
             return Err(Error::Param { name: extra.clone(), message });
         }
         Ok(ParamStore { values })
+    }
+
+    /// Check the store against the specs as loading does: every declared parameter present
+    /// with its shape and dtype, and nothing undeclared (for stores built by other readers).
+    pub fn check(&self, specs: &[ParamSpec]) -> Result<()> {
+        for spec in specs {
+            let value = self.values.get(&spec.name).ok_or_else(|| Error::Param {
+                name: spec.name.clone(),
+                message: format!("missing from the weights (expected {} {:?})", spec.dtype, spec.shape),
+            })?;
+            check_value(spec, value)?;
+        }
+        if let Some(extra) = self.values.keys().find(|n| !specs.iter().any(|s| &s.name == *n)) {
+            let message = "in the weights but not declared by the model".to_string();
+            return Err(Error::Param { name: extra.clone(), message });
+        }
+        Ok(())
     }
 
     /// Write every parameter to a safetensors file (f32/f64/i32/i64 as their dtype says).
@@ -179,4 +188,17 @@ fn encode(name: &str, v: &ParamValue) -> Result<(Dtype, Vec<u8>)> {
             });
         }
     })
+}
+
+/// A loaded value has its spec's shape and dtype.
+fn check_value(spec: &ParamSpec, value: &ParamValue) -> Result<()> {
+    if value.shape != spec.shape {
+        let message = format!("shape {:?} in the weights, but the model declares {:?}", value.shape, spec.shape);
+        return Err(Error::Param { name: spec.name.clone(), message });
+    }
+    if value.dtype != spec.dtype {
+        let message = format!("dtype {} in the weights, but the model declares {}", value.dtype, spec.dtype);
+        return Err(Error::Param { name: spec.name.clone(), message });
+    }
+    Ok(())
 }

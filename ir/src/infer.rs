@@ -25,16 +25,17 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
 /// `u8` holds packed blocks: only `dequantize` and `quant_matmul` read it, the row-moving
 /// layout ops carry it, and only `input` and `param` declare it.
 fn storage_only(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<(), Reason> {
-    let carries = matches!(
-        op,
-        Op::Dequantize { .. } | Op::QuantMatMul { .. } | Op::Gather { .. } | Op::Slice { .. } | Op::Reshape { .. }
-    );
-    let declares = matches!(op, Op::Input { .. } | Op::Param { .. });
-    let reads_u8 = args
-        .iter()
-        .enumerate()
-        .any(|(i, a)| a.dtype == DType::U8 && !(carries && i == 0) && !matches!(op, Op::QuantMatMul { .. }));
-    if reads_u8 || (op.decl().family == crate::op::KernelFamily::Source && !declares && declared.dtype == DType::U8) {
+    // Which operands may be u8: the blocks (quant_matmul's own rule checks both of its).
+    let may_be_u8 = |i: usize| match op {
+        Op::QuantMatMul { .. } => true,
+        Op::Dequantize { .. } | Op::Gather { .. } | Op::Slice { .. } | Op::Reshape { .. } => i == 0,
+        _ => false,
+    };
+    let reads_u8 = args.iter().enumerate().any(|(i, a)| a.dtype == DType::U8 && !may_be_u8(i));
+    let makes_u8 = declared.dtype == DType::U8
+        && op.decl().family == crate::op::KernelFamily::Source
+        && !matches!(op, Op::Input { .. } | Op::Param { .. });
+    if reads_u8 || makes_u8 {
         return Err(format!(
             "`{}` cannot take u8: u8 holds quantized blocks, read only by dequantize and quant_matmul",
             op.name()

@@ -6,7 +6,7 @@ use super::CausalLm;
 use super::text::TextTokenizer;
 use crate::{Error, Result};
 use rustral_frontend::gguf::Gguf;
-use rustral_frontend::{ParamSpec, ParamStore, QuantFormat};
+use rustral_frontend::{ParamStore, QuantFormat};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -38,37 +38,7 @@ pub fn load_gguf(path: &Path, dequantize: bool) -> Result<GgufModel> {
     let tokenizer = TextTokenizer::from_gguf(&g, path)?;
     let model = CausalLm::Llama(loaded.config);
     let specs = model.trace_quantized(None, &loaded.quantized)?.params;
-    check_params(&loaded.params, &specs, path)?;
+    loaded.params.check(&specs).map_err(|e| Error::Usage(format!("{}: {e}", path.display())))?;
     let weight_bytes = loaded.params.iter().map(|(_, v)| v.data.len() * v.dtype.size_bytes()).sum::<usize>();
     Ok(GgufModel { model, params: loaded.params, quantized: loaded.quantized, tokenizer, weight_bytes })
-}
-
-/// Every declared parameter is in the store with its shape and dtype, and nothing else is.
-fn check_params(store: &ParamStore, specs: &[ParamSpec], path: &Path) -> Result<()> {
-    for spec in specs {
-        let Some(v) = store.get(&spec.name) else {
-            return Err(Error::Usage(format!(
-                "{}: the model needs {:?}, which the file does not give",
-                path.display(),
-                spec.name
-            )));
-        };
-        if v.shape != spec.shape || v.dtype != spec.dtype {
-            return Err(Error::Usage(format!(
-                "{}: {:?} is {} {:?} in the file, the model declares {} {:?}",
-                path.display(),
-                spec.name,
-                v.dtype,
-                v.shape,
-                spec.dtype,
-                spec.shape
-            )));
-        }
-    }
-    if store.len() != specs.len() {
-        let declared: std::collections::BTreeSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-        let extra: Vec<&String> = store.iter().map(|(n, _)| n).filter(|n| !declared.contains(n.as_str())).collect();
-        return Err(Error::Usage(format!("{}: tensors the model does not use: {extra:?}", path.display())));
-    }
-    Ok(())
 }

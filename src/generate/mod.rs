@@ -285,20 +285,8 @@ impl Generator {
         on_token: &mut dyn FnMut(i64) -> bool,
     ) -> Result<Generation> {
         config.sampling.check().map_err(Error::Usage)?;
-        let vocab = self.model.vocab() as i64;
-        if prompt.is_empty() {
-            return Err(Error::Usage("the prompt has no tokens".into()));
-        }
-        if let Some(bad) = prompt.iter().find(|&&id| !(0..vocab).contains(&id)) {
-            return Err(Error::Usage(format!("prompt id {bad} is outside the vocabulary (0..{vocab})")));
-        }
+        self.check_prompt(prompt)?;
         let capacity = self.capacity();
-        if prompt.len() > capacity {
-            return Err(Error::Usage(format!(
-                "the prompt has {} tokens, more than the {capacity} positions available",
-                prompt.len()
-            )));
-        }
         let mut sampler = Sampler::new(config.sampling.clone());
         let mut sequence = prompt.to_vec();
         let mut out = Generation {
@@ -308,10 +296,7 @@ impl Generator {
             decode_steps: vec![],
             stop: StopReason::Length,
         };
-        let mut state = match &self.programs {
-            Programs::Cached { prefill, caches, .. } => Some(zero_caches(prefill, caches)?),
-            Programs::Uncached(_) => None,
-        };
+        let mut state = self.fresh_state()?;
         while out.ids.len() < config.max_new_tokens {
             // Every fed token needs a cache row (a position) of its own.
             if sequence.len() > capacity {
@@ -344,15 +329,36 @@ impl Generator {
     /// The logits of the token after `prompt` (one prefill, nothing generated): what a
     /// sampler would choose from first.
     pub fn logits(&self, prompt: &[i64]) -> Result<Vec<f32>> {
+        self.check_prompt(prompt)?;
+        let mut state = self.fresh_state()?;
+        self.step(prompt, 0, state.as_mut())
+    }
+
+    /// A prompt has tokens, each in the vocabulary, and fits the positions available.
+    fn check_prompt(&self, prompt: &[i64]) -> Result<()> {
         let vocab = self.model.vocab() as i64;
-        if prompt.is_empty() || prompt.len() > self.capacity() || prompt.iter().any(|id| !(0..vocab).contains(id)) {
-            return Err(Error::Usage(format!("the prompt must have 1 to {} ids in 0..{vocab}", self.capacity())));
+        if prompt.is_empty() {
+            return Err(Error::Usage("the prompt has no tokens".into()));
         }
-        let mut state = match &self.programs {
+        if let Some(bad) = prompt.iter().find(|&&id| !(0..vocab).contains(&id)) {
+            return Err(Error::Usage(format!("prompt id {bad} is outside the vocabulary (0..{vocab})")));
+        }
+        let capacity = self.capacity();
+        if prompt.len() > capacity {
+            return Err(Error::Usage(format!(
+                "the prompt has {} tokens, more than the {capacity} positions available",
+                prompt.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Empty caches for a new sequence (None without a cache).
+    fn fresh_state(&self) -> Result<Option<State>> {
+        Ok(match &self.programs {
             Programs::Cached { prefill, caches, .. } => Some(zero_caches(prefill, caches)?),
             Programs::Uncached(_) => None,
-        };
-        self.step(prompt, 0, state.as_mut())
+        })
     }
 
     /// The last position's logits after `sequence`, of which `generated` are new: the prefill

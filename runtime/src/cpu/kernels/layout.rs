@@ -3,8 +3,8 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// Rows of an f32 table picked by integer ids (embedding lookup).
-pub(super) fn gather_rows(table: (&[f32], &[usize]), ids: &Storage) -> Option<Vec<f32>> {
+/// Rows of a table (f32 values, or quantized blocks) picked by integer ids (embedding lookup).
+pub(super) fn gather_rows<T: Copy>(table: (&[T], &[usize]), ids: &Storage) -> Option<Vec<T>> {
     let Storage::Wide(ids) = ids else { return None };
     let rows = *table.1.first()?;
     let width: usize = table.1[1..].iter().product();

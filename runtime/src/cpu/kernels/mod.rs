@@ -42,16 +42,7 @@ pub(super) fn try_quantized(op: &Op, args: &[&Storage], out: &[usize]) -> Option
             Some(Storage::f32_values(values, out.to_vec()))
         }
         Op::Gather { axis: 0 } => {
-            let (table, shape) = (args[0].bytes()?, args[0].shape());
-            let Storage::Wide(ids) = args[1] else { return None };
-            let width: usize = shape[1..].iter().product();
-            let mut rows = Vec::with_capacity(ids.data.len() * width);
-            for &i in ids.data.iter() {
-                if i < 0.0 || i >= shape[0] as f64 {
-                    return None; // the reference path reports the bad index
-                }
-                rows.extend_from_slice(&table[i as usize * width..(i as usize + 1) * width]);
-            }
+            let rows = gather_rows((args[0].bytes()?, args[0].shape()), args[1])?;
             Some(Storage::Bytes(std::sync::Arc::new(rows), out.to_vec()))
         }
         _ => None,
