@@ -7,6 +7,8 @@
 //! Tolerances: logits within 1e-3 absolute of HF's. The dequantized weights are bit-identical
 //! to HF's (frontend/tests/gguf.rs), so differences come only from f32 summation order.
 
+mod common;
+
 use rustral::generate::text::{Message, TextTokenizer};
 use rustral::generate::{GenerationConfig, Generator, GeneratorOptions, load_gguf};
 use rustral::{CompileOptions, Target};
@@ -106,6 +108,24 @@ fn dequantized_cpu_matches_hf() {
     let d = max_diff(&g.logits(&ids(&fixture()["prompts"][0]["ids"])).unwrap(), &hf_logits(0));
     assert!(d < 1e-3, "logits differ from HF's by {d}");
     check_greedy(&g, 1, 24, "cpu, dequantized");
+}
+
+/// Quantized weights on the WGSL target (the blocks unpacked in the shaders): the first
+/// prompt's logits and 24 greedy ids. On lavapipe (CI's software adapter) one prompt takes
+/// about a minute; `RUSTRAL_FULL=1` checks every prompt's 32 ids.
+#[test]
+fn quantized_wgsl_matches_hf() {
+    if !common::wgsl_available() {
+        return;
+    }
+    let (g, _) = generator(Target::Wgsl, false, 2);
+    let d = max_diff(&g.logits(&ids(&fixture()["prompts"][0]["ids"])).unwrap(), &hf_logits(0));
+    assert!(d < 1e-3, "logits differ from HF's by {d}");
+    if std::env::var("RUSTRAL_FULL").as_deref() == Ok("1") {
+        check_greedy(&g, 4, 32, "wgsl, quantized");
+    } else {
+        check_greedy(&g, 1, 24, "wgsl, quantized");
+    }
 }
 
 /// The Candle target on f32 weights gives HF's answer. (On quantized weights candle's

@@ -72,6 +72,34 @@ fn a_gather_index_out_of_range_is_an_error_naming_the_kernel() {
     s.run(&refs).unwrap();
 }
 
+/// Two checked kernels with identical shaders (one pipeline): each has its own status word,
+/// so the error names the one whose index was out of range, not the first or the last.
+#[test]
+fn the_failing_one_of_two_identical_checked_kernels_is_named() {
+    if !wgsl_available() {
+        return;
+    }
+    let g = rustral::ir::parse(
+        "graph \"two\" {\n  %0: f32[4, 2] = input \"table\"\n  %1: i64[3] = input \"a\"\n  %2: i64[3] = input \"b\"\n  %3: f32[3, 2] = gather %0, %1 {axis=0}  @first\n  %4: f32[3, 2] = gather %0, %2 {axis=0}  @second\n  %5: f32[3, 2] = add %3, %4\n  output \"y\" = %5\n}\n",
+    )
+    .unwrap();
+    let s = Session::compile(
+        &g,
+        Target::Wgsl,
+        &CompileOptions { level: rustral::passes::OptLevel::O0, ..CompileOptions::default() },
+    )
+    .unwrap();
+    let table = HostTensor::new(DType::F32, &[4, 2], (0..8).map(f64::from).collect()).unwrap();
+    let ids = |v: [f64; 3]| HostTensor::new(DType::I64, &[3], v.to_vec()).unwrap();
+    for (a, b, named, other) in
+        [([0.0, 9.0, 1.0], [1.0, 2.0, 3.0], "first", "second"), ([0.0, 1.0, 1.0], [1.0, 2.0, 7.0], "second", "first")]
+    {
+        let err = s.run(&[("table", table.clone()), ("a", ids(a)), ("b", ids(b))]).unwrap_err().to_string();
+        assert!(err.contains(named) && !err.contains(other) && err.contains("out of range"), "{err}");
+    }
+    assert!(s.run(&[("table", table.clone()), ("a", ids([0.0, 1.0, 2.0])), ("b", ids([3.0, 2.0, 1.0]))]).is_ok());
+}
+
 /// A label outside the classes is an error naming the cross-entropy kernel and its module, on
 /// the WGSL target as on the reference and CPU targets; valid labels give the reference loss.
 #[test]

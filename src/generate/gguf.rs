@@ -31,7 +31,8 @@ fn gguf_error(e: rustral_frontend::gguf::GgufError) -> Error {
 }
 
 /// Read a LLaMA-family GGUF file. `dequantize` turns every block-quantized tensor into f32 at
-/// load (what Hugging Face transformers does), for targets without quantized kernels.
+/// load (what Hugging Face transformers does): every target has quantized kernels, so this is
+/// for comparing with f32 checkpoints.
 pub fn load_gguf(path: &Path, dequantize: bool) -> Result<GgufModel> {
     let g = Gguf::read(path).map_err(gguf_error)?;
     let loaded = rustral_models::gguf::load_llama(&g, dequantize).map_err(gguf_error)?;

@@ -49,6 +49,7 @@ pub fn reference(g: &Graph, store: &ParamStore, feeds: &[(String, HostTensor)]) 
 /// hair differently can round the other way): rtol is at least 2^-7 for bf16, 2^-10 for f16.
 pub fn max_error(a: &[(String, HostTensor)], b: &[(String, HostTensor)], atol: f64, rtol: f64, what: &str) -> f64 {
     let mut worst: f64 = 0.0;
+    assert_eq!(a.len(), b.len(), "{what}: {} outputs against {}", a.len(), b.len());
     for ((na, ta), (_, tb)) in a.iter().zip(b) {
         assert_eq!(ta.shape(), tb.shape(), "{na}");
         let rtol = match ta.dtype {

@@ -107,11 +107,14 @@ pub(crate) struct Shader {
     /// checks detect, joined with "or"); None when it has no checks.
     pub status: Option<String>,
     helpers: BTreeSet<Helper>,
+    /// Module-scope declarations of this kernel's own (functions reading its bindings).
+    items: Vec<String>,
     shared: Vec<String>,
     shared_bytes: u32,
     body: String,
     pub workgroup_size: u32,
-    kernel: usize,
+    /// Extra indent levels of the lines that follow (see [`Shader::nest`]).
+    nesting: usize,
 }
 
 impl Shader {
@@ -137,11 +140,12 @@ impl Shader {
             bindings,
             status: None,
             helpers: BTreeSet::new(),
+            items: vec![],
             shared: vec![],
             shared_bytes: 0,
             body: String::new(),
             workgroup_size,
-            kernel: head.index,
+            nesting: 0,
         }
     }
 
@@ -153,6 +157,14 @@ impl Shader {
         self.helpers.insert(h);
     }
 
+    /// Add a module-scope declaration (a function that reads this kernel's bindings, a
+    /// private variable), once.
+    pub fn item(&mut self, source: String) {
+        if !self.items.contains(&source) {
+            self.items.push(source);
+        }
+    }
+
     /// Declare `var<workgroup> name: array<f32, n>`.
     pub fn shared(&mut self, name: &str, n: u32) {
         self.shared.push(format!("var<workgroup> {name}: array<f32, {n}>;"));
@@ -161,12 +173,21 @@ impl Shader {
 
     /// Append body lines (already indented).
     pub fn push(&mut self, lines: &str) {
-        self.body.push_str(lines);
+        let extra = "    ".repeat(self.nesting);
+        for l in lines.lines() {
+            writeln!(self.body, "{extra}{l}").expect("write to String");
+        }
     }
 
     /// Append one body line at the given indent level.
     pub fn line(&mut self, indent: usize, line: &str) {
-        writeln!(self.body, "{}{line}", "    ".repeat(indent)).expect("write to String");
+        writeln!(self.body, "{}{line}", "    ".repeat(indent + self.nesting)).expect("write to String");
+    }
+
+    /// Indent the lines that follow one level deeper (`true`) or back (`false`): a generator
+    /// wrapping a body written at level 1 in a loop.
+    pub fn nest(&mut self, deeper: bool) {
+        self.nesting = if deeper { self.nesting + 1 } else { self.nesting.saturating_sub(1) };
     }
 
     /// Statement recording a data-dependent failure of this kernel; `why` is what the
@@ -180,7 +201,7 @@ impl Shader {
             Some(_) => {}
             None => self.status = Some(why.to_string()),
         }
-        format!("atomicMax(&status, {}u);", self.kernel + 1)
+        "atomicStore(&status, 1u);".to_string()
     }
 
     /// Element `idx` of binding `name` as an f32 value.
@@ -188,11 +209,15 @@ impl Shader {
         let storage = self.bindings.iter().find(|b| b.0 == name).map_or(Storage::F32, |b| b.1);
         match storage {
             Storage::F32 => format!("{name}[{idx}]"),
+            Storage::Bytes => format!("f32(({name}[({idx}) >> 2u] >> ((({idx}) & 3u) * 8u)) & 255u)"),
             _ => format!("f32({name}[{idx}])"),
         }
     }
 
-    /// Statement writing the f32 value `v` (already rounded to the dtype) to `out[idx]`.
+    /// Statement writing the f32 value `v` (already rounded to the dtype) to `out[idx]`. For
+    /// `bytes` storage, whose words four invocations cannot share, the statement adds byte `i`
+    /// to the word `packed` that the per-word loop of a byte kernel writes once (see
+    /// `pointwise`); `idx` must then be that loop's `i`.
     pub fn store(&mut self, idx: &str, v: &str) -> String {
         let storage = self.bindings.last().expect("out is bound").1;
         match storage {
@@ -202,6 +227,7 @@ impl Shader {
                 format!("out[{idx}] = to_int({v});")
             }
             Storage::U32 => format!("out[{idx}] = select(1u, 0u, {v} == 0.0);"),
+            Storage::Bytes => format!("packed = packed | ((u32({v}) & 255u) << (({idx} & 3u) * 8u));"),
         }
     }
 
@@ -248,6 +274,10 @@ impl Shader {
         for h in &self.helpers {
             s.push('\n');
             s.push_str(h.source());
+        }
+        for item in &self.items {
+            s.push('\n');
+            s.push_str(item);
         }
         write!(
             s,

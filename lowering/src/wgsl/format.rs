@@ -46,16 +46,19 @@ pub struct NamedBuffer {
     pub buffer: usize,
 }
 
-/// How a buffer's elements are stored, one 4-byte word each.
+/// How a buffer's elements are stored in 4-byte words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Storage {
-    /// f32, f16, bf16 and f64 values.
+    /// f32, f16, bf16 and f64 values, one word each.
     F32,
-    /// i32 and i64 values.
+    /// i32 and i64 values, one word each.
     I32,
-    /// bool as 0 or 1.
+    /// bool as 0 or 1, one word each.
     U32,
+    /// u8 (quantized blocks), four to a u32 word, little-endian: byte `i` of the tensor is
+    /// bits `8 * (i % 4)..` of word `i / 4`, so the buffer holds the file's bytes as they are.
+    Bytes,
 }
 
 impl Storage {
@@ -64,8 +67,22 @@ impl Storage {
         match dtype {
             DType::F16 | DType::BF16 | DType::F32 | DType::F64 => Storage::F32,
             DType::I32 | DType::I64 => Storage::I32,
-            DType::Bool | DType::U8 => Storage::U32,
+            DType::Bool => Storage::U32,
+            DType::U8 => Storage::Bytes,
         }
+    }
+
+    /// Words holding `elements` elements.
+    pub fn words(self, elements: u64) -> u64 {
+        match self {
+            Storage::Bytes => elements.div_ceil(4),
+            _ => elements,
+        }
+    }
+
+    /// The storage words of a shape, as an expression of its dims.
+    pub fn count(self, shape: &[Dim]) -> Count {
+        Count::ceil_div(shape, if self == Storage::Bytes { 4 } else { 1 })
     }
 
     /// The WGSL element type.
@@ -73,7 +90,7 @@ impl Storage {
         match self {
             Storage::F32 => "f32",
             Storage::I32 => "i32",
-            Storage::U32 => "u32",
+            Storage::U32 | Storage::Bytes => "u32",
         }
     }
 }
@@ -110,7 +127,11 @@ pub enum Role {
         /// The buffer whose storage it is (never itself an alias).
         of: usize,
     },
-    /// One atomic u32: 0, or one plus the index of a kernel that hit a data-dependent error.
+    /// The status words: one atomic u32 per kernel with data checks, [`STATUS_STRIDE`] bytes
+    /// apart, each kernel binding its own word (its binding's `offset`); a word is 0, or
+    /// nonzero once its kernel hit a data-dependent error. A word per kernel, rather than one
+    /// word holding the kernel's index, keeps that index out of the shader text, so the
+    /// shaders of a model's layers are identical and a host compiles each once.
     Status,
 }
 
@@ -123,7 +144,8 @@ pub struct WgslBuffer {
     pub storage: Storage,
     /// The IR shape.
     pub shape: Vec<Dim>,
-    /// Element count (4 bytes each).
+    /// Storage words (4 bytes each): the element count, a quarter of it rounded up for
+    /// `bytes` storage.
     pub elements: Count,
     /// What it holds.
     pub role: Role,
@@ -152,6 +174,10 @@ pub enum Access {
     ReadWrite,
 }
 
+/// Bytes between two kernels' status words: 256, the largest `minStorageBufferOffsetAlignment`
+/// WebGPU allows, so every adapter can bind each word at its offset.
+pub const STATUS_STRIDE: u64 = 256;
+
 /// One storage binding of a kernel (group 0; binding 0 is always the `dims` uniform).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Binding {
@@ -163,6 +189,10 @@ pub struct Binding {
     pub buffer: usize,
     /// Access mode.
     pub access: Access,
+    /// For the status binding: the byte offset of this kernel's 4-byte status word in the
+    /// status buffer. Other bindings cover their whole buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
 }
 
 /// One compute shader and how to dispatch it.

@@ -13,8 +13,8 @@
 //!   the reference interpreter does in f64; f16, bf16 and f64 are stored as f32 words, i32 and
 //!   i64 as i32 (i64 values outside the i32 range wrap), bool as u32 0 or 1;
 //! - data-dependent failures (a gather index or a cross-entropy target out of range, an
-//!   integer division by zero, a slice past the end) set the `status` buffer to one plus the
-//!   failing kernel's index.
+//!   integer division by zero, a slice past the end) set the failing kernel's own word of the
+//!   `status` buffer (see [`Role::Status`]).
 //!
 //! Every shader is parsed and validated by naga before it leaves the compiler.
 
@@ -24,6 +24,7 @@ mod format;
 mod helpers;
 mod matmul;
 mod pointwise;
+mod quant;
 mod rows;
 mod validate;
 
@@ -192,7 +193,7 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
             dtype: buf.ty.dtype,
             storage: Storage::of(buf.ty.dtype),
             shape: buf.ty.shape.0.clone(),
-            elements: Count::elements(&buf.ty.shape.0),
+            elements: Storage::of(buf.ty.dtype).count(&buf.ty.shape.0),
             role: match &buf.kind {
                 _ if alias.contains_key(&b) => Role::Alias { of: alias[&b] },
                 BufferKind::Input(n) => Role::Input { name: n.clone() },
@@ -209,6 +210,7 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
 
     let mut out = Vec::with_capacity(kernels.len());
     let mut status_buffer = None;
+    let mut checked = 0u64;
     for (i, k) in kernels.iter().enumerate() {
         let kname = format!("k{i:03}_{}", k.name);
         let operands: Vec<Operand> = k.inputs.iter().map(|&b| Operand::of(&p.buffers[b])).collect();
@@ -226,13 +228,20 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
             .iter()
             .zip(&g.names)
             .enumerate()
-            .map(|(j, (&buffer, n))| Binding { binding: j as u32 + 1, name: n.clone(), buffer, access: Access::Read })
+            .map(|(j, (&buffer, n))| Binding {
+                binding: j as u32 + 1,
+                name: n.clone(),
+                buffer,
+                access: Access::Read,
+                offset: None,
+            })
             .collect();
         bindings.push(Binding {
             binding: bindings.len() as u32 + 1,
             name: "out".into(),
             buffer: k.output,
             access: Access::ReadWrite,
+            offset: None,
         });
         if g.status.is_some() {
             let s = *status_buffer.get_or_insert_with(|| {
@@ -251,7 +260,9 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
                 name: "status".into(),
                 buffer: s,
                 access: Access::ReadWrite,
+                offset: Some(checked * STATUS_STRIDE),
             });
+            checked += 1;
         }
         let kernel = WgslKernel {
             name: kname,
@@ -268,6 +279,12 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
         };
         validate::check(&kernel)?;
         out.push(kernel);
+    }
+    if let Some(s) = status_buffer {
+        // One word per checked kernel, STATUS_STRIDE bytes apart.
+        let words = (checked - 1) * (STATUS_STRIDE / 4) + 1;
+        buffers[s].shape = vec![Dim::Static(words as usize)];
+        buffers[s].elements = Count::elements(&buffers[s].shape);
     }
     Ok(WgslProgram {
         format: FORMAT.into(),
@@ -338,10 +355,8 @@ fn generate(
         Op::Attention { scale, causal } => attention::attention(ctx, head, scale.0, *causal, operands, out),
         Op::CachedAttention { scale } => attention::cached_attention(ctx, head, scale.0, operands, out),
         Op::UpdateSlice { axis } => Ok(pointwise::update_slice(ctx, head, *axis, operands, out)),
-        Op::Dequantize { .. } | Op::QuantMatMul { .. } => Err(format!(
-            "`{}` has no WGSL kernel yet: load the weights dequantized to f32 (rustral-generate --dequantize) for this target",
-            op.name()
-        )),
+        Op::Dequantize { format } => quant::dequantize(ctx, head, *format, operands, out),
+        Op::QuantMatMul { format } => quant::quant_matmul(ctx, head, *format, operands, out),
         // One invocation per output element: elementwise ops, layout ops, and the sources made
         // on the device (inputs, parameters and dense constants are bound, and say so there).
         Op::Unary(_)

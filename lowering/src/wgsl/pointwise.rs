@@ -4,7 +4,7 @@
 
 use super::emit::{Ctx, Head, Shader};
 use super::helpers::{self, Helper};
-use super::{Count, Generated, Operand};
+use super::{Count, Generated, Operand, Storage};
 use rustral_ir::{DType, ExprNode, Literal, Op};
 
 const WORKGROUP: u32 = 256;
@@ -24,8 +24,20 @@ pub(crate) fn pointwise(
     let inputs: Vec<(&str, &Operand)> = names.iter().map(String::as_str).zip(operands).collect();
     let mut sh = Shader::new(head, &inputs, out, WORKGROUP);
     let total = ctx.prod(&out.shape);
-    sh.line(1, &format!("let i = group * {WORKGROUP}u + lid;"));
-    sh.line(1, &format!("if (i >= {total}) {{ return; }}"));
+    let bytes = out.storage == Storage::Bytes;
+    if bytes {
+        // Four u8 elements share a word: one invocation per word, element by element.
+        sh.line(1, &format!("let word = group * {WORKGROUP}u + lid;"));
+        sh.line(1, &format!("if (word >= ({total} + 3u) / 4u) {{ return; }}"));
+        sh.line(1, "var packed = 0u;");
+        sh.line(1, "for (var j = 0u; j < 4u; j = j + 1u) {");
+        sh.nest(true);
+        sh.line(1, "let i = word * 4u + j;");
+        sh.line(1, &format!("if (i >= {total}) {{ break; }}"));
+    } else {
+        sh.line(1, &format!("let i = group * {WORKGROUP}u + lid;"));
+        sh.line(1, &format!("if (i >= {total}) {{ return; }}"));
+    }
     let rank = out.shape.len();
     let idx: Vec<String> = (0..rank).map(|k| format!("o{k}")).collect();
     // The output's multi-index, when some operand needs it.
@@ -183,12 +195,17 @@ pub(crate) fn pointwise(
     let v = helpers::round(&mut sh, out.dtype, &value);
     let store = sh.store("i", &v);
     sh.line(1, &store);
+    if bytes {
+        sh.nest(false);
+        sh.line(1, "}");
+        sh.line(1, "out[word] = packed;");
+    }
     let status = sh.status.clone();
     let workgroup_bytes = sh.workgroup_bytes();
     Ok(Generated {
         source: sh.finish(ctx),
         workgroup_size: WORKGROUP,
-        workgroups: Count::ceil_div(&out.shape, WORKGROUP as u64),
+        workgroups: Count::ceil_div(&out.shape, WORKGROUP as u64 * if bytes { 4 } else { 1 }),
         names,
         status,
         workgroup_bytes,

@@ -1,7 +1,7 @@
 //! A WGSL program on disk: `program.json` (see `schemas/wgsl-program.schema.json`), one
 //! `<kernel>.wgsl` per kernel, and `params.safetensors` with every parameter and dense
-//! constant stored as the words the buffers hold (F32, I32 or U32), so any WebGPU host can
-//! upload them as they are.
+//! constant stored as the words the buffers hold (F32, I32 or U32; U8 for `bytes` storage,
+//! unpadded), so any WebGPU host can upload them as they are.
 
 use super::{WgpuError, values, words};
 use crate::tensor::HostTensor;
@@ -43,7 +43,11 @@ pub fn save(dir: &Path, program: &WgslProgram, params: &HashMap<String, HostTens
             }
             _ => continue,
         };
-        let bytes: Vec<u8> = words(buf.storage, &data).iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bytes: Vec<u8> = words(buf.storage, &data).iter().flat_map(|w| w.to_le_bytes()).collect();
+        // Bytes are stored unpadded (a U8 tensor); the last word's padding is not data.
+        if buf.storage == Storage::Bytes {
+            bytes.truncate(data.len());
+        }
         tensors.insert(name, (buf.storage, shape, bytes));
     }
     let path = dir.join(PARAMS);
@@ -88,8 +92,12 @@ pub fn load(dir: &Path) -> Result<(WgslProgram, HashMap<String, HostTensor>), Wg
         if t.dtype() != dtype(buf.storage) {
             return Err(io(&path, format!("{name} is {:?}, the program stores {:?}", t.dtype(), buf.storage)));
         }
-        let stored: Vec<u32> = t.data().chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        let data = values(buf.storage, &stored);
+        let stored: Vec<u32> = t
+            .data()
+            .chunks(4)
+            .map(|c| c.iter().enumerate().fold(0u32, |w, (j, &b)| w | (u32::from(b) << (8 * j))))
+            .collect();
+        let data = values(buf.storage, &stored, t.shape().iter().product());
         if matches!(buf.role, Role::Constant { .. }) {
             program.constants.insert(b, data);
         } else {
@@ -105,5 +113,6 @@ fn dtype(s: Storage) -> Dtype {
         Storage::F32 => Dtype::F32,
         Storage::I32 => Dtype::I32,
         Storage::U32 => Dtype::U32,
+        Storage::Bytes => Dtype::U8,
     }
 }

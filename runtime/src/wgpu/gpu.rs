@@ -2,7 +2,11 @@
 
 use super::WgpuError;
 use rustral_lowering::wgsl::{Access, WgslKernel};
+use std::collections::HashMap;
 use wgpu::util::DeviceExt;
+
+/// A compute pipeline and its bind group layout.
+type Pipeline = (wgpu::ComputePipeline, wgpu::BindGroupLayout);
 
 /// A wgpu device and queue with the adapter's own limits.
 #[derive(Clone)]
@@ -10,6 +14,11 @@ pub struct Gpu {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
+    /// Pipelines by shader text without its comments (and bindings): the layers of a model
+    /// lower to kernels that differ only in the header naming their node, and a driver
+    /// compiles each pipeline it is given (lavapipe takes up to seconds for one), so every
+    /// program on this device shares one pipeline per distinct shader.
+    pipelines: std::sync::Arc<std::sync::Mutex<HashMap<String, Pipeline>>>,
 }
 
 impl Gpu {
@@ -25,7 +34,7 @@ impl Gpu {
             ..Default::default()
         }))
         .map_err(|e| WgpuError::Device { place: "the device request".into(), message: e.to_string() })?;
-        Ok(Gpu { device, queue, info: adapter.get_info() })
+        Ok(Gpu { device, queue, info: adapter.get_info(), pipelines: Default::default() })
     }
 
     /// The adapter's name, backend and device type.
@@ -39,8 +48,26 @@ impl Gpu {
     }
 
     /// A kernel's pipeline and its bind group layout (binding 0 the `dims` uniform, then the
-    /// kernel's storage bindings).
-    pub(crate) fn pipeline(&self, k: &WgslKernel) -> Result<(wgpu::ComputePipeline, wgpu::BindGroupLayout), String> {
+    /// kernel's storage bindings), made once per distinct shader.
+    pub(crate) fn pipeline(&self, k: &WgslKernel) -> Result<Pipeline, String> {
+        let mut key: String =
+            k.source.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+        key.push_str(&format!("\n{} {:?}", k.entry, k.bindings.iter().map(|b| b.access).collect::<Vec<_>>()));
+        let mut cache = self.pipelines.lock().expect("no pipeline creation panicked");
+        if let Some(p) = cache.get(&key) {
+            return Ok(p.clone());
+        }
+        let made = self.make_pipeline(k)?;
+        cache.insert(key, made.clone());
+        Ok(made)
+    }
+
+    /// Distinct pipelines made on this device so far.
+    pub fn pipelines(&self) -> usize {
+        self.pipelines.lock().expect("no pipeline creation panicked").len()
+    }
+
+    fn make_pipeline(&self, k: &WgslKernel) -> Result<Pipeline, String> {
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = self.device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&k.name),

@@ -366,7 +366,7 @@ impl WgpuProgram {
                     Role::Param { .. } | Role::Constant { .. } => self.fixed[&o.buffer].1.clone(),
                     _ => buf.shape.iter().map(|d| concrete_dim(d, &bound.binding)).collect(),
                 };
-                let values = values(buf.storage, &words);
+                let values = values(buf.storage, &words, shape.iter().product());
                 let t = HostTensor::new(buf.dtype, &shape, values)
                     .map_err(|e| WgpuError::Device { place: format!("output {:?}", o.name), message: e.to_string() })?;
                 Ok((o.name.clone(), t))
@@ -388,7 +388,7 @@ impl WgpuProgram {
             .iter()
             .enumerate()
             .map(|(b, buf)| match self.fixed.get(&b) {
-                Some((_, shape)) => Ok(shape.iter().product::<usize>() as u64),
+                Some((_, shape)) => Ok(buf.storage.words(shape.iter().product::<usize>() as u64)),
                 None => buf.elements.eval(&binding).map_err(|message| WgpuError::Device { place: place(b), message }),
             })
             .collect::<Result<_, _>>()?;
@@ -458,10 +458,16 @@ impl WgpuProgram {
             workgroups.push((x as u32, y as u32));
             let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: dims.as_entire_binding() }];
             for bnd in &kernel.bindings {
-                entries.push(wgpu::BindGroupEntry {
-                    binding: bnd.binding,
-                    resource: buffers[bnd.buffer].as_entire_binding(),
-                });
+                let resource = match bnd.offset {
+                    // A status word: 4 bytes at the kernel's offset.
+                    Some(offset) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &buffers[bnd.buffer],
+                        offset,
+                        size: std::num::NonZeroU64::new(4),
+                    }),
+                    None => buffers[bnd.buffer].as_entire_binding(),
+                };
+                entries.push(wgpu::BindGroupEntry { binding: bnd.binding, resource });
             }
             groups.push(self.gpu.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some(&kernel.name),
@@ -479,7 +485,8 @@ impl WgpuProgram {
         let p = &self.program;
         let status = p.buffers.iter().position(|b| b.role == Role::Status);
         if let Some(s) = status {
-            self.gpu.queue.write_buffer(&bound.buffers[s], 0, bytemuck::cast_slice(&[0u32]));
+            let zeros = vec![0u32; bound.elements[s] as usize];
+            self.gpu.queue.write_buffer(&bound.buffers[s], 0, bytemuck::cast_slice(&zeros));
         }
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
@@ -501,9 +508,14 @@ impl WgpuProgram {
             return Err(WgpuError::Device { place: format!("the {phase:?} dispatches"), message: e.to_string() });
         }
         if let Some(s) = status {
-            let word = self.read(bound, &[s])?.remove(0)[0];
-            if word != 0 {
-                let k = &p.kernels[word as usize - 1];
+            let words = self.read(bound, &[s])?.remove(0);
+            let failed = |k: &&rustral_lowering::wgsl::WgslKernel| {
+                k.bindings.iter().any(|b| {
+                    b.buffer == s && b.offset.is_some_and(|o| words.get(o as usize / 4).is_some_and(|&w| w != 0))
+                })
+            };
+            // The first kernel in dispatch order whose word is set.
+            if let Some(k) = p.kernels.iter().filter(|k| k.phase == phase).find(failed) {
                 return Err(WgpuError::Kernel {
                     kernel: k.name.clone(),
                     op: k.op.clone(),
@@ -585,20 +597,25 @@ fn concrete_dim(d: &rustral_ir::Dim, binding: &BTreeMap<String, usize>) -> usize
     }
 }
 
-/// Host values as storage words (ints as i32 bits, bools as 0/1).
+/// Host values as storage words (ints as i32 bits, bools as 0/1, bytes four to a word).
 fn words(storage: Storage, values: &[f64]) -> Vec<u32> {
     match storage {
         Storage::F32 => values.iter().map(|&v| (v as f32).to_bits()).collect(),
         Storage::I32 => values.iter().map(|&v| (v as i64 as i32) as u32).collect(),
         Storage::U32 => values.iter().map(|&v| u32::from(v != 0.0)).collect(),
+        Storage::Bytes => values
+            .chunks(4)
+            .map(|c| c.iter().enumerate().fold(0u32, |w, (j, &v)| w | (u32::from(v as u8) << (8 * j))))
+            .collect(),
     }
 }
 
-/// Storage words as host values.
-fn values(storage: Storage, words: &[u32]) -> Vec<f64> {
+/// The first `elements` values held by storage words.
+fn values(storage: Storage, words: &[u32], elements: usize) -> Vec<f64> {
     match storage {
         Storage::F32 => words.iter().map(|&w| f64::from(f32::from_bits(w))).collect(),
         Storage::I32 => words.iter().map(|&w| f64::from(w as i32)).collect(),
         Storage::U32 => words.iter().map(|&w| f64::from(w)).collect(),
+        Storage::Bytes => words.iter().flat_map(|w| w.to_le_bytes()).take(elements).map(f64::from).collect(),
     }
 }

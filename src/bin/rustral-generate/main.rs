@@ -39,7 +39,7 @@ struct Args {
     #[arg(long)]
     tokenizer: Option<PathBuf>,
     /// Dequantize a GGUF file's block-quantized weights to f32 at load (as Hugging Face
-    /// transformers does), for targets without quantized kernels (wgsl).
+    /// transformers does): 4 to 8 times the memory, f32 arithmetic throughout.
     #[arg(long)]
     dequantize: bool,
     /// The prompt as text (needs --tokenizer).
