@@ -2,7 +2,8 @@
 # The README's test command: fetch the real MiniLM weights and the SmolLM2 GGUF when missing
 # (the parity tests run them) and Mesa's software Vulkan driver when no Vulkan driver is
 # present (the WGSL target's
-# tests run on it), then run every test with snapshots compared, never rewritten.
+# tests run on it), then run every test with snapshots compared, never rewritten, and compile
+# every WGSL shader the tests emitted with Tint (Dawn) too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${RUSTRAL_MINILM_DIR:-}" ]; then
@@ -17,4 +18,10 @@ fi
 echo "SmolLM2 GGUF: $RUSTRAL_SMOLLM2_GGUF"
 XDG_RUNTIME_DIR="$(bash scripts/ensure-vulkan.sh)"
 export XDG_RUNTIME_DIR
+# Every shader the tests emit is also written here, then compiled by Tint (Dawn) as a second
+# validator beside naga (scripts/tint-check.sh).
+RUSTRAL_WGSL_DUMP="$(mktemp -d)"
+export RUSTRAL_WGSL_DUMP
 INSTA_UPDATE=no cargo test --workspace --locked "$@"
+bash scripts/tint-check.sh "$RUSTRAL_WGSL_DUMP"
+rm -rf "$RUSTRAL_WGSL_DUMP"

@@ -242,10 +242,18 @@ pub(crate) fn literal(sh: &mut Shader, v: f64) -> String {
         sh.need(Helper::Special);
         if x > 0.0 { "inf()".into() } else { "(-inf())".into() }
     } else {
-        let s = format!("{x:?}");
-        let s = if s.contains(['.', 'e']) { s } else { format!("{s}.0") };
-        if x.is_sign_negative() { format!("({s})") } else { s }
+        float_text(x)
     }
+}
+
+/// A finite f32 as a WGSL literal denoting exactly it: printed as the shortest f64 that is
+/// its value. The shortest f32 spelling need not be exact (`3.4028235e38` lies above
+/// f32::MAX), and Tint rejects a literal outside f32's range where naga rounds it. Negative
+/// values are parenthesised, so they can follow any operator.
+pub(crate) fn float_text(x: f32) -> String {
+    let s = format!("{:?}", f64::from(x));
+    let s = if s.contains(['.', 'e']) { s } else { format!("{s}.0") };
+    if x.is_sign_negative() { format!("({s})") } else { s }
 }
 
 /// `x` rounded to `dtype`.
