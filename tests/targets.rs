@@ -328,6 +328,26 @@ on_every_target! {
             max_error(&pick(&want, "rows"), &pick(&got, "rows"), 1e-6, 1e-6, &format!("{target:?} {format} dequantize"));
             max_error(&pick(&want, "cut"), &pick(&got, "cut"), 0.0, 0.0, &format!("{target:?} {format} slice of bytes"));
             max_error(&pick(&want, "y"), &pick(&got, "y"), atol, rtol, &format!("{target:?} {format} quant_matmul"));
+
+            // The weight as a bound parameter (targets may keep what they derive from it, as
+            // candle keeps its QMatMul): right on a second run, and after binding other
+            // weights.
+            let mut gp = Graph::new("quant_param");
+            let x = gp.input("x", TensorType::new(DType::F32, vec![Dim::Static(ROWS), Dim::Static(k)])).unwrap();
+            let w = gp.param("w", TensorType::new(DType::U8, vec![Dim::Static(5), Dim::Static(rb)]), "proj").unwrap();
+            let y = gp.add(Op::QuantMatMul { format }, &[x, w], "proj").unwrap();
+            gp.set_output("y", y).unwrap();
+            let mut s = Session::compile(&gp, target.clone(), &options).unwrap();
+            for seed in [11, 12] {
+                let w = quant_rows(format, 5, k, seed);
+                s.bind_host(&HashMap::from([("w".to_string(), w.clone())])).unwrap();
+                let all = HashMap::from([("x".to_string(), feeds["x"].clone()), ("w".to_string(), w)]);
+                let want = evaluate(&gp, &all).unwrap();
+                for run in 0..2 {
+                    let got = s.run(&[("x", feeds["x"].clone())]).unwrap();
+                    max_error(&want, &got, atol, rtol, &format!("{target:?} {format} bound weights {seed}, run {run}"));
+                }
+            }
         }
     }
 }

@@ -118,6 +118,10 @@ pub trait Backend: Sync {
         Ok(v)
     }
 
+    /// Parameters are about to be bound anew: drop whatever was derived from the old ones
+    /// and kept between runs. The default keeps nothing.
+    fn forget_params(&self) {}
+
     /// Run `f` where the target's kernels expect to run (the CPU target's thread pool).
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
         f()
@@ -200,6 +204,7 @@ impl<B: Backend> Executor<B> {
     /// depends on parameters and constants alone.
     pub fn bind_params(&mut self, params: &HashMap<String, HostTensor>) -> Result<(), B::Error> {
         self.params.clear();
+        self.backend.forget_params();
         for (b, buf) in self.program.buffers.iter().enumerate() {
             if let BufferKind::Param(name) = &buf.kind {
                 let value =

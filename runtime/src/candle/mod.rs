@@ -36,6 +36,39 @@ pub enum CandleError {
 /// The Candle target's side of the executor: values are candle tensors on one device.
 pub struct CandleBackend {
     device: Device,
+    /// Bound `u8` parameters (quantized blocks), by tensor id.
+    quantized_params: std::sync::Mutex<std::collections::HashSet<candle_core::TensorId>>,
+    /// candle's quantized matrices made from those parameters, by tensor id: `QMatMul` wants
+    /// its own copy of the blocks, and a bound weight's is made once, not at every call.
+    qmatmuls: std::sync::Mutex<HashMap<candle_core::TensorId, std::sync::Arc<candle_core::quantized::QMatMul>>>,
+}
+
+impl CandleBackend {
+    fn new(device: Device) -> CandleBackend {
+        CandleBackend { device, quantized_params: Default::default(), qmatmuls: Default::default() }
+    }
+
+    /// `x @ dequantize(w)^T` with a bound weight's `QMatMul`, made at its first use.
+    fn cached_quant_matmul(
+        &self,
+        format: rustral_ir::QuantFormat,
+        x: &Tensor,
+        w: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        if !self.quantized_params.lock().expect("no bind panicked").contains(&w.id()) {
+            return Ok(None);
+        }
+        let cached = self.qmatmuls.lock().expect("no run panicked holding the cache").get(&w.id()).cloned();
+        let q = match cached {
+            Some(q) => q,
+            None => {
+                let q = std::sync::Arc::new(ops::qmatmul(format, w, &self.device)?);
+                self.qmatmuls.lock().expect("no run panicked holding the cache").insert(w.id(), q.clone());
+                q
+            }
+        };
+        Ok(Some(candle_core::Module::forward(&*q, &x.contiguous()?)?))
+    }
 }
 
 impl Backend for CandleBackend {
@@ -44,6 +77,20 @@ impl Backend for CandleBackend {
 
     fn upload(&self, t: HostTensor, place: &Place) -> Result<Tensor, CandleError> {
         upload(&self.device, &t).map_err(|message| CandleError::Candle { place: place.clone(), message })
+    }
+
+    /// Parameters: as `upload`, remembering which hold quantized blocks.
+    fn upload_ref(&self, t: &HostTensor, place: &Place) -> Result<Tensor, CandleError> {
+        let v = upload(&self.device, t).map_err(|message| CandleError::Candle { place: place.clone(), message })?;
+        if t.dtype == DType::U8 {
+            self.quantized_params.lock().expect("no bind panicked").insert(v.id());
+        }
+        Ok(v)
+    }
+
+    fn forget_params(&self) {
+        self.quantized_params.lock().expect("no bind panicked").clear();
+        self.qmatmuls.lock().expect("no run panicked holding the cache").clear();
     }
 
     fn download(&self, v: &Tensor, dtype: DType, place: &Place) -> Result<HostTensor, CandleError> {
@@ -78,6 +125,11 @@ impl Backend for CandleBackend {
             return Ok(None);
         }
         let op = &kernel.op;
+        if let Op::QuantMatMul { format } = op
+            && let Ok(Some(t)) = self.cached_quant_matmul(*format, args[0], args[1])
+        {
+            return Ok(Some(t));
+        }
         let half = |d: candle_core::DType| matches!(d, candle_core::DType::F16 | candle_core::DType::BF16);
         let is_cast = matches!(op, Op::Cast { .. });
         if !is_cast && (matches!(dtype, DType::F16 | DType::BF16) || args.iter().any(|a| half(a.dtype()))) {
@@ -135,7 +187,7 @@ pub struct CandleProgram {
 impl CandleProgram {
     /// Prepare `program` for `device`.
     pub fn new(program: Program, device: Device) -> CandleProgram {
-        CandleProgram { exec: Executor::new(program, CandleBackend { device }) }
+        CandleProgram { exec: Executor::new(program, CandleBackend::new(device)) }
     }
 
     /// The program.

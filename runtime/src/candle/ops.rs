@@ -139,8 +139,7 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
         Op::UpdateSlice { .. } => return Ok(None),
         Op::Dequantize { format } => quantized(*format, args[0], dev)?.dequantize(dev)?.reshape(out)?,
         Op::QuantMatMul { format } => {
-            let w = candle_core::quantized::QMatMul::from_qtensor(quantized(*format, args[1], dev)?)?;
-            candle_core::Module::forward(&w, &args[0].contiguous()?)?
+            candle_core::Module::forward(&qmatmul(*format, args[1], dev)?, &args[0].contiguous()?)?
         }
         Op::MatMulEpilogue { activation } => {
             let y = args[0].contiguous()?.broadcast_matmul(&args[1].contiguous()?)?;
@@ -171,9 +170,14 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
     Ok(Some(t))
 }
 
+/// candle's quantized matrix of a `u8` weight of `format`'s blocks (`[n, row_bytes]`).
+pub(crate) fn qmatmul(format: rustral_ir::QuantFormat, w: &Tensor, dev: &Device) -> R<candle_core::quantized::QMatMul> {
+    candle_core::quantized::QMatMul::from_qtensor(quantized(format, w, dev)?)
+}
+
 /// A `u8` tensor of `format`'s blocks (`[rows..., row_bytes]`) as candle's quantized tensor of
-/// `[rows, k]` weights. The bytes are copied out and back in at each call: the simple form,
-/// not yet the fast one (a bound parameter's quantized tensor is not kept between runs).
+/// `[rows, k]` weights, the bytes copied out and back in (a bound weight's `QMatMul` is made
+/// once and kept by the backend, see `CandleBackend`).
 fn quantized(format: rustral_ir::QuantFormat, w: &Tensor, dev: &Device) -> R<candle_core::quantized::QTensor> {
     use candle_core::quantized::GgmlDType as G;
     use rustral_ir::QuantFormat as Q;
