@@ -22,6 +22,6 @@ export XDG_RUNTIME_DIR
 # validator beside naga (scripts/tint-check.sh).
 RUSTRAL_WGSL_DUMP="$(mktemp -d)"
 export RUSTRAL_WGSL_DUMP
+trap 'rm -rf "$RUSTRAL_WGSL_DUMP"' EXIT
 INSTA_UPDATE=no cargo test --workspace --locked "$@"
 bash scripts/tint-check.sh "$RUSTRAL_WGSL_DUMP"
-rm -rf "$RUSTRAL_WGSL_DUMP"

@@ -7,6 +7,8 @@
 # and the npm package when missing (apt-get as root or with sudo; npm from its registry).
 # Without them it fails in CI (CI set) and warns and skips elsewhere.
 set -euo pipefail
+dirs=()
+for d in "$@"; do dirs+=("$(cd "$d" && pwd)"); done
 cd "$(dirname "$0")/.."
 icd=/usr/lib/chromium/vk_swiftshader_icd.json
 missing() {
@@ -36,4 +38,4 @@ if [ ! -f scripts/tint/node_modules/webgpu/package.json ]; then
     (cd scripts/tint && npm ci --no-audit --no-fund --loglevel=error >&2) || missing "npm could not install webgpu"
 fi
 VK_ICD_FILENAMES="$icd" LD_LIBRARY_PATH="/usr/lib/chromium${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    node scripts/tint/check.mjs "$@"
+    node scripts/tint/check.mjs "${dirs[@]}"

@@ -41,6 +41,11 @@ for (const dir of process.argv.slice(2)) {
   }
 }
 
+if (shaders.size === 0) {
+  console.error(`tint-check: no .wgsl files under ${process.argv.slice(2).join(' ')}: nothing was checked`);
+  process.exit(2);
+}
+
 const failed = new Set();
 const fail = (file, source, what) => {
   failed.add(file);

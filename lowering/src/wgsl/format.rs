@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 /// The format name written in every `program.json`.
 pub const FORMAT: &str = "rustral-wgsl-program";
-/// The format version; bumped when the layout changes incompatibly.
-pub const VERSION: u32 = 1;
+/// The format version; bumped when the layout changes incompatibly (2: `bytes` storage and
+/// one status word per checked kernel at its binding's offset).
+pub const VERSION: u32 = 2;
 
 /// A WGSL program: what a WebGPU host needs to run a lowered graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

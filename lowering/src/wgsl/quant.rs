@@ -124,7 +124,9 @@ fn unpack(sh: &mut Shader, indent: usize, format: QuantFormat, aligned: bool) {
             }
         }
         QuantFormat::Q6K => {
-            lines.push(format!("let d = f16_bits({} & 65535u);", word("208u")));
+            // The scale is the block's last 2 bytes: read the word ending there, not one
+            // reaching past the end of the buffer.
+            lines.push(format!("let d = f16_bits({} >> 16u);", word("206u")));
             lines.push("let i = j % 4u;".into());
             lines.push("let ql = (j / 4u) * 64u + (i % 2u) * 32u;".into());
             lines.push("let qh = 128u + (j / 4u) * 32u;".into());

@@ -523,6 +523,12 @@ impl WgpuProgram {
                     message: k.failure.clone().unwrap_or_else(|| "a check failed (the kernel names no reason)".into()),
                 });
             }
+            if words.iter().any(|&w| w != 0) {
+                return Err(WgpuError::Device {
+                    place: format!("the {phase:?} dispatches"),
+                    message: "a status word is set that no kernel of this phase owns (a program written for another format version?)".into(),
+                });
+            }
         }
         Ok(())
     }
