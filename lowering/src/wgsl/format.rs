@@ -175,6 +175,12 @@ pub enum Access {
     ReadWrite,
 }
 
+/// A shader's lines without its comment lines: what it means. Kernels of a model's layers
+/// differ only in their header comments, so hosts key pipelines (and dumps) by this.
+pub fn code_lines(source: &str) -> impl Iterator<Item = &str> {
+    source.lines().filter(|l| !l.trim_start().starts_with("//"))
+}
+
 /// Bytes between two kernels' status words: 256, the largest `minStorageBufferOffsetAlignment`
 /// WebGPU allows, so every adapter can bind each word at its offset.
 pub const STATUS_STRIDE: u64 = 256;

@@ -32,7 +32,7 @@ pub(crate) fn check(k: &WgslKernel) -> Result<(), WgslError> {
 fn dump(dir: &std::path::Path, source: &str) {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for line in source.lines().filter(|l| !l.trim_start().starts_with("//")) {
+    for line in super::code_lines(source) {
         line.hash(&mut h);
     }
     let path = dir.join(format!("{:016x}.wgsl", h.finish()));

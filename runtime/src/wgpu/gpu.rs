@@ -50,8 +50,7 @@ impl Gpu {
     /// A kernel's pipeline and its bind group layout (binding 0 the `dims` uniform, then the
     /// kernel's storage bindings), made once per distinct shader.
     pub(crate) fn pipeline(&self, k: &WgslKernel) -> Result<Pipeline, String> {
-        let mut key: String =
-            k.source.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+        let mut key: String = rustral_lowering::wgsl::code_lines(&k.source).collect::<Vec<_>>().join("\n");
         key.push_str(&format!("\n{} {:?}", k.entry, k.bindings.iter().map(|b| b.access).collect::<Vec<_>>()));
         let mut cache = self.pipelines.lock().expect("no pipeline creation panicked");
         if let Some(p) = cache.get(&key) {

@@ -484,12 +484,12 @@ impl WgpuProgram {
     fn dispatch(&self, bound: &Bound, phase: Phase) -> Result<(), WgpuError> {
         let p = &self.program;
         let status = p.buffers.iter().position(|b| b.role == Role::Status);
-        if let Some(s) = status {
-            let zeros = vec![0u32; bound.elements[s] as usize];
-            self.gpu.queue.write_buffer(&bound.buffers[s], 0, bytemuck::cast_slice(&zeros));
-        }
         let scope = self.gpu.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let mut encoder = self.gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        if let Some(s) = status {
+            // Zeroed on the device: no host buffer of the status words' size per dispatch.
+            encoder.clear_buffer(&bound.buffers[s], 0, None);
+        }
         {
             let mut pass =
                 encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
