@@ -2,8 +2,9 @@
 # The README's test command: fetch the real MiniLM weights and the SmolLM2 GGUF when missing
 # (the parity tests run them) and Mesa's software Vulkan driver when no Vulkan driver is
 # present (the WGSL target's
-# tests run on it), then run every test with snapshots compared, never rewritten, and compile
-# every WGSL shader the tests emitted with Tint (Dawn) too.
+# tests run on it), then run every test with snapshots compared, never rewritten, compile
+# every WGSL shader the tests emitted with Tint (Dawn) too, and run the test programs with the
+# JS runtime (web/) in Dawn and headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${RUSTRAL_MINILM_DIR:-}" ]; then
@@ -22,6 +23,11 @@ export XDG_RUNTIME_DIR
 # validator beside naga (scripts/tint-check.sh).
 RUSTRAL_WGSL_DUMP="$(mktemp -d)"
 export RUSTRAL_WGSL_DUMP
-trap 'rm -rf "$RUSTRAL_WGSL_DUMP"' EXIT
+# The test models' WGSL program folders (and the real MiniLM's) with the CPU target's outputs
+# go here, then run with the JS runtime in Dawn and headless Chromium (scripts/web-check.sh).
+RUSTRAL_WEB_DUMP="$(mktemp -d)"
+export RUSTRAL_WEB_DUMP
+trap 'rm -rf "$RUSTRAL_WGSL_DUMP" "$RUSTRAL_WEB_DUMP"' EXIT
 INSTA_UPDATE=no cargo test --workspace --locked "$@"
 bash scripts/tint-check.sh "$RUSTRAL_WGSL_DUMP"
+bash scripts/web-check.sh "$RUSTRAL_WEB_DUMP"

@@ -24,7 +24,7 @@ fn minilm_embeddings_on_every_target_match_sentence_transformers() {
     let traced = trace_named(TraceOptions::default(), |ctx| {
         let (ids, types, mask) = model.inputs(ctx)?;
         let hidden = model.forward(ctx, &ids, &types, &mask)?;
-        Ok(vec![("embeddings".into(), model.sentence_embedding(ctx, &hidden, &mask)?)])
+        Ok(vec![("sentence_embedding".into(), model.sentence_embedding(ctx, &hidden, &mask)?)])
     })
     .unwrap();
     let store =
@@ -52,6 +52,15 @@ fn minilm_embeddings_on_every_target_match_sentence_transformers() {
                 assert_eq!(session.stats().fused["attention"], 6);
             }
             session.bind(&store).unwrap();
+            if level == OptLevel::O2 {
+                // The browser demo's program (web/demo), checked against these numbers.
+                let feeds: Vec<(String, HostTensor)> = inputs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
+                common::web_dump("minilm-real", &session, &traced, &store, &options, &feeds);
+                if let Some(root) = std::env::var_os("RUSTRAL_WEB_DUMP") {
+                    let to = std::path::Path::new(&root).join("minilm-real/vocab.txt");
+                    std::fs::copy(dir.join("vocab.txt"), to).unwrap();
+                }
+            }
             let got = session.run(&inputs).unwrap().remove(0).1.to_vec();
             let err = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f64::max);
             println!("minilm on {name} ({level:?}): max abs error {err:.2e} against sentence-transformers");

@@ -192,9 +192,38 @@ pub fn every_model_matches_the_reference(target: &Target) {
                 let want = reference(&t.graph, &store, &feeds);
                 let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
                 let got = s.run(&refs).unwrap();
+                if (batch, seq) == (2, 5) {
+                    web_dump(&format!("{name}-{level:?}"), &s, &t, &store, &options, &feeds);
+                }
                 let err = max_error(&want, &got, 1e-4, 1e-4, &format!("{name} {target:?} {level:?}"));
                 println!("{name} on {target:?} {level:?} batch {batch} seq {seq}: max abs error {err:.2e}");
             }
         }
     }
+}
+
+/// With `RUSTRAL_WEB_DUMP=DIR` (scripts/test.sh sets it), a WGSL session's program folder goes
+/// to DIR/NAME with its parity data in DIR/NAME/check: the inputs, and the CPU target's
+/// outputs on them (`expected.safetensors`). `web/test` runs every such folder with the JS
+/// runtime in Dawn and in Chromium and compares (scripts/web-check.sh).
+pub fn web_dump(
+    name: &str,
+    session: &Session,
+    t: &Traced,
+    store: &ParamStore,
+    options: &CompileOptions,
+    feeds: &[(String, HostTensor)],
+) {
+    let Some(root) = std::env::var_os("RUSTRAL_WEB_DUMP") else { return };
+    if !matches!(session.target(), Target::Wgsl) {
+        return;
+    }
+    let dir = std::path::Path::new(&root).join(name);
+    session.save_wgsl(&dir).unwrap();
+    let mut cpu = Session::compile(&t.graph, Target::Cpu, options).unwrap();
+    cpu.bind(store).unwrap();
+    let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+    let expected = cpu.run(&refs).unwrap();
+    rustral::runtime::wgpu::save_tensors(&dir.join("check/inputs.safetensors"), feeds).unwrap();
+    rustral::runtime::wgpu::save_tensors(&dir.join("check/expected.safetensors"), &expected).unwrap();
 }

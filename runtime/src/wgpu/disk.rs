@@ -108,6 +108,36 @@ pub fn load(dir: &Path) -> Result<(WgslProgram, HashMap<String, HostTensor>), Wg
     Ok((program, params))
 }
 
+/// Write named host tensors as a safetensors file holding the words a program's buffers hold
+/// for their dtypes (F32 for floats, I32 for integers, U32 for bool, U8 unpadded): inputs a
+/// WebGPU host uploads as they are, or outputs it compares with (`web/test/parity.js`).
+/// Byte-identical for identical tensors.
+pub fn save_tensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<(), WgpuError> {
+    let stored: Vec<(String, Storage, Vec<usize>, Vec<u8>)> = tensors
+        .iter()
+        .map(|(name, t)| {
+            let storage = Storage::of(t.dtype);
+            let data = t.to_vec();
+            let mut bytes: Vec<u8> = words(storage, &data).iter().flat_map(|w| w.to_le_bytes()).collect();
+            if storage == Storage::Bytes {
+                bytes.truncate(data.len());
+            }
+            (name.clone(), storage, t.shape().to_vec(), bytes)
+        })
+        .collect();
+    let views: Vec<(String, TensorView)> = stored
+        .iter()
+        .map(|(n, s, shape, bytes)| {
+            Ok((n.clone(), TensorView::new(dtype(*s), shape.clone(), bytes).map_err(|e| io(path, e))?))
+        })
+        .collect::<Result<_, WgpuError>>()?;
+    let bytes = safetensors::serialize(views, None).map_err(|e| io(path, e))?;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    }
+    std::fs::write(path, bytes).map_err(|e| io(path, e))
+}
+
 fn dtype(s: Storage) -> Dtype {
     match s {
         Storage::F32 => Dtype::F32,

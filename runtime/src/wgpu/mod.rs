@@ -10,7 +10,7 @@ mod disk;
 mod gpu;
 mod optim;
 
-pub use disk::{load, save};
+pub use disk::{load, save, save_tensors};
 pub use gpu::Gpu;
 pub use optim::{DeviceUpdate, Moments};
 

@@ -1,6 +1,6 @@
 // Compile WGSL shaders with Tint, through Dawn (the `webgpu` npm package): a second validator
 // beside naga, which checks every shader inside the compiler. Usage:
-//   node check.mjs DIR...   (every *.wgsl under each DIR; texts equal but for comments count once)
+//   node web/tools/tint-check.mjs DIR...   (every *.wgsl under each DIR; texts equal but for comments count once)
 // Any compilation message (error, warning or info) or a pipeline that cannot be made is a
 // failure, reported with the file and the kernel's header line. Exit status 1 on any failure.
 import { create, globals } from 'webgpu';
