@@ -52,7 +52,7 @@ fn minilm_embeddings_on_every_target_match_sentence_transformers() {
                 assert_eq!(session.stats().fused["attention"], 6);
             }
             session.bind(&store).unwrap();
-            if level == OptLevel::O2 {
+            if level == OptLevel::O2 && name == "wgsl" {
                 // The browser demo's program (web/demo), checked against these numbers.
                 let feeds: Vec<(String, HostTensor)> = inputs.iter().map(|(n, v)| (n.to_string(), v.clone())).collect();
                 common::web_dump("minilm-real", &session, &traced, &store, &options, &feeds);
