@@ -190,6 +190,17 @@ fn user_errors_are_one_clear_message() {
     #[cfg(not(feature = "cuda"))]
     user_error(cli().args(["examples/ir/gelu_mlp.rir", "--target", "candle-cuda"]), &["the `cuda` cargo feature"]);
     user_error(cli().args(["examples/ir/gelu_mlp.rir", "--emit", "ir,opt-ir"]), &["need -o DIR"]);
+    user_error(cli().args(["examples/ir/gelu_mlp.rir", "--webgpu-limits", "chrome"]), &["add --target wgsl"]);
+    user_error(
+        cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl", "--webgpu-limits", "no/such.json"]),
+        &["--webgpu-limits no/such.json", "a profile is one of default, chrome, native, or a JSON file of limits"],
+    );
+    let small = dir.path().join("small.json");
+    std::fs::write(&small, r#"{"maxStorageBuffersPerShaderStage": 2, "adapter": "a small one"}"#).unwrap();
+    user_error(
+        cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl", "--webgpu-limits", small.to_str().unwrap()]),
+        &["kernel k000_", "small.json WebGPU limits allow 2 (maxStorageBuffersPerShaderStage"],
+    );
 
     let shape_error = dir.path().join("shape_error.rs");
     std::fs::write(

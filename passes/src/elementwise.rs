@@ -15,6 +15,30 @@ pub struct FuseElementwise;
 /// The elementwise fusion pass's name.
 pub(crate) const PASS_NAME: &str = "fuse-elementwise";
 
+/// The most tensors one fused kernel reads: WebGPU's default of 8 storage buffers per shader,
+/// less the output and a status word, so that every fused kernel runs on every WebGPU host
+/// (`--webgpu-limits default`). A group that would read more stops growing there.
+pub const MAX_OPERANDS: usize = 6;
+
+/// A rank-0 splat constant: written into the fused body as a literal, not read.
+fn is_scalar_constant(g: &Graph, n: NodeId) -> bool {
+    let node = g.node(n).expect("operand exists");
+    matches!(node.op, Op::Constant { value: Literal::Splat(_) }) && node.ty.rank() == 0
+}
+
+/// The distinct tensors a group reads from outside it.
+fn external(g: &Graph, set: &HashSet<NodeId>) -> usize {
+    let mut read = HashSet::new();
+    for &m in set {
+        for o in g.operands(m) {
+            if !set.contains(&o) && !is_scalar_constant(g, o) {
+                read.insert(o);
+            }
+        }
+    }
+    read.len()
+}
+
 fn is_elementwise(op: &Op) -> bool {
     matches!(op, Op::Unary(_) | Op::Binary(_) | Op::Where | Op::Cast { .. })
 }
@@ -45,7 +69,11 @@ impl Pass for FuseElementwise {
                         && !taken.contains(&o)
                         && g.users(o).iter().all(|u| set.contains(u));
                     if owned && set.insert(o) {
-                        members.push(o);
+                        if external(g, &set) > MAX_OPERANDS {
+                            set.remove(&o);
+                        } else {
+                            members.push(o);
+                        }
                     }
                 }
                 i += 1;

@@ -46,6 +46,10 @@ pub struct CompileOptions {
     pub elementwise: Elementwise,
     /// Keep the IR text after every pass (see `Session::dumps`).
     pub dump_each: bool,
+    /// The WebGPU limits the WGSL target compiles for (WebGPU's defaults unless set: a
+    /// program that fits them runs on every WebGPU host).
+    #[cfg(feature = "wgsl")]
+    pub webgpu_limits: rustral_lowering::wgsl::Profile,
 }
 
 impl Default for CompileOptions {
@@ -57,6 +61,8 @@ impl Default for CompileOptions {
             threads,
             elementwise: Elementwise::Jit,
             dump_each: false,
+            #[cfg(feature = "wgsl")]
+            webgpu_limits: rustral_lowering::wgsl::Profile::default(),
         }
     }
 }
@@ -114,7 +120,7 @@ impl Session {
             #[cfg(feature = "wgsl")]
             Target::Wgsl => {
                 let program = lower(&g)?;
-                let wgsl = rustral_lowering::wgsl::lower_wgsl(&program, g.name())?;
+                let wgsl = rustral_lowering::wgsl::lower_wgsl_for(&program, g.name(), &options.webgpu_limits)?;
                 let gpu = match beside.and_then(|s| s.runner.wgpu()) {
                     Some(w) => rustral_runtime::wgpu::WgpuProgram::with_gpu(wgsl, w.gpu().clone())?,
                     None => rustral_runtime::wgpu::WgpuProgram::new(wgsl)?,

@@ -261,6 +261,8 @@ export class Program {
   #fixed = new Map();
   /** Storage for the last binding of the dims. */
   #bound = null;
+  /** The last run asked for (settled when it ends). */
+  #last = Promise.resolve();
   /** Distinct pipelines made. */
   pipelineCount = 0;
 
@@ -478,7 +480,14 @@ export class Program {
    * @param {Record<string, {shape: number[], data: ArrayLike<number>}>} inputs
    * @param {{only?: string[]}} [options]
    */
-  async run(inputs, options = {}) {
+  run(inputs, options = {}) {
+    // One run at a time: runs share the bound buffers, so a second waits for the first.
+    const next = this.#last.then(() => this.#runOne(inputs, options));
+    this.#last = next.catch(() => {});
+    return next;
+  }
+
+  async #runOne(inputs, options) {
     const device = this.#device;
     const dims = this.#bindDims(inputs);
     device.pushErrorScope('validation');

@@ -71,6 +71,12 @@ test('a token id past the vocabulary is an error naming the gather kernel, and t
   await rejects(() => program.run({ input_ids: { shape: feeds.input_ids.shape, data: ids } }), 'kernel', /kernel k\d+_gather .*index/);
   const again = await program.run(feeds);
   assert.deepEqual(again.out0.data, good.out0.data);
+  // Runs asked for together take turns on the shared buffers: each gets its own answer.
+  const short = { input_ids: { shape: [feeds.input_ids.shape[0], 2], data: feeds.input_ids.data.slice(0, 2 * feeds.input_ids.shape[0]) } };
+  const [a, b, c] = await Promise.all([program.run(feeds), program.run(short), program.run(feeds)]);
+  assert.deepEqual(a.out0.data, good.out0.data);
+  assert.deepEqual(c.out0.data, good.out0.data);
+  assert.deepEqual(b.out0.shape.slice(0, 2), short.input_ids.shape);
 });
 
 test('bad inputs are typed errors naming the input', async () => {

@@ -22,6 +22,7 @@ mod attention;
 mod emit;
 mod format;
 mod helpers;
+mod limits;
 mod matmul;
 mod pointwise;
 mod quant;
@@ -35,6 +36,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use thiserror::Error;
 
 pub use format::*;
+pub use limits::{Limits, PROFILES, Profile};
 
 /// Why WGSL lowering failed.
 #[derive(Debug, Error)]
@@ -67,6 +69,22 @@ pub enum WgslError {
         /// Why.
         message: String,
     },
+    /// The program does not fit the WebGPU limits it is compiled for.
+    #[error(
+        "{place} needs {needed} where the {profile} WebGPU limits allow {allowed} ({limit}; --webgpu-limits chooses another profile)"
+    )]
+    Limit {
+        /// The kernel or buffer.
+        place: String,
+        /// WebGPU's name of the limit.
+        limit: &'static str,
+        /// What it needs.
+        needed: u64,
+        /// What the profile allows.
+        allowed: u64,
+        /// The profile's name (`default`, `chrome`, `native` or a file).
+        profile: String,
+    },
 }
 
 /// What kernel generators see of a buffer.
@@ -97,6 +115,18 @@ pub(crate) struct Generated {
 
 /// Lower a program to WGSL; `name` is the graph's name.
 pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
+    lower_wgsl_for(p, name, &Profile::default())
+}
+
+/// [`lower_wgsl`] for the WebGPU limits of `profile`: every kernel and every buffer of known
+/// size must fit them, or the error names what does not.
+pub fn lower_wgsl_for(p: &Program, name: &str, profile: &Profile) -> Result<WgslProgram, WgslError> {
+    let program = lower_unchecked(p, name)?;
+    limits::check(&program, &profile.limits, &profile.name)?;
+    Ok(program)
+}
+
+fn lower_unchecked(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
     let syms: BTreeSet<String> = p
         .buffers
         .iter()

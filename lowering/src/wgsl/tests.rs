@@ -64,3 +64,43 @@ fn float_literals_are_exact() {
         naga::front::wgsl::parse_str(&format!("const c: f32 = {s};")).unwrap_or_else(|e| panic!("{s}: {e}"));
     }
 }
+
+/// GPT-2-small's token embedding, [50257, 768] f32 = 154 MB, gathered by token id.
+fn embedding() -> Program {
+    let mut g = Graph::new("embed");
+    let ids = g.input("ids", TensorType::new(DType::I64, vec![sym("batch"), sym("seq")])).unwrap();
+    let shape = vec![Dim::Static(50257), Dim::Static(768)];
+    let wte = g.param("wte", TensorType::new(DType::F32, shape), "wte").unwrap();
+    let x = g.add(Op::Gather { axis: 0 }, &[wte, ids], "wte").unwrap();
+    g.set_output("x", x).unwrap();
+    crate::lower(&g).unwrap()
+}
+
+#[test]
+fn a_program_over_its_profile_names_the_buffer_the_limit_and_the_profile() {
+    let p = embedding();
+    let e = lower_wgsl(&p, "embed").unwrap_err().to_string();
+    assert!(e.starts_with("buffer 1 (wte, at \"wte\") needs 154389504 where the default WebGPU limits allow 134217728 (maxStorageBufferBindingSize;"), "{e}");
+    // Chromium's profile binds 1 GiB: the same program compiles for it.
+    assert!(lower_wgsl_for(&p, "embed", &Profile::resolve("chrome").unwrap()).is_ok());
+    let few = Profile {
+        name: "tiny".into(),
+        limits: Limits { max_storage_buffers_per_shader_stage: 2, ..Limits::default() },
+    };
+    let e = lower_wgsl_for(&p, "embed", &few).unwrap_err().to_string();
+    // gather binds wte, ids, out and its status word (an id past the table sets it).
+    assert!(e.starts_with("kernel k000_gather (gather at \"wte\") needs 4 where the tiny WebGPU limits allow 2 (maxStorageBuffersPerShaderStage;"), "{e}");
+}
+
+#[test]
+fn a_browsers_limits_read_as_a_profile() {
+    // As web/tools/limits.html printed them in headless Chromium 156 (extra keys ignored).
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../web/limits/chromium-156-swiftshader.json");
+    let from_file = Profile::resolve(file).unwrap();
+    assert_eq!(from_file.limits, Limits::profile("chrome").unwrap());
+    assert_eq!(Limits::from_json("{}").unwrap(), Limits::default());
+    assert_eq!(Limits::from_json(r#"{"maxBufferSize": 5}"#).unwrap().max_buffer_size, 5);
+    assert!(Limits::from_json(r#"{"maxBufferSize": "big"}"#).unwrap_err().contains("invalid type"));
+    let e = Profile::resolve("no-such-profile.json").unwrap_err();
+    assert!(e.contains("a profile is one of default, chrome, native, or a JSON file of limits"), "{e}");
+}

@@ -37,6 +37,21 @@ impl Gpu {
         Ok(Gpu { device, queue, info: adapter.get_info(), pipelines: Default::default() })
     }
 
+    /// This device's limits as a compile profile (`--webgpu-limits native`).
+    pub fn profile(&self) -> rustral_lowering::wgsl::Profile {
+        let l = self.device.limits();
+        let limits = rustral_lowering::wgsl::Limits {
+            max_storage_buffers_per_shader_stage: u64::from(l.max_storage_buffers_per_shader_stage),
+            max_compute_invocations_per_workgroup: u64::from(l.max_compute_invocations_per_workgroup),
+            max_compute_workgroup_size_x: u64::from(l.max_compute_workgroup_size_x),
+            max_compute_workgroup_storage_size: u64::from(l.max_compute_workgroup_storage_size),
+            max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+            max_buffer_size: l.max_buffer_size,
+            max_compute_workgroups_per_dimension: u64::from(l.max_compute_workgroups_per_dimension),
+        };
+        rustral_lowering::wgsl::Profile { name: format!("native ({})", self.describe()), limits }
+    }
+
     /// The adapter's name, backend and device type.
     pub fn describe(&self) -> String {
         format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)

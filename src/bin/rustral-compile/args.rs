@@ -41,6 +41,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = TargetName::Cpu)]
     pub target: TargetName,
 
+    /// The WebGPU limits --target wgsl compiles for: default (WebGPU's own, which every host
+    /// gives), chrome (headless Chromium 156 on SwiftShader), native (this machine's adapter) or
+    /// a JSON file of limits by WebGPU's names (web/tools/limits.html shows a browser's).
+    #[arg(long = "webgpu-limits", value_name = "PROFILE", default_value = "default")]
+    pub webgpu_limits: String,
+
     /// Optimisation level: -O0 (op by op), -O1 (clean-up), -O2 (fusion, the default).
     #[arg(short = 'O', value_name = "LEVEL", default_value = "2", value_parser = ["0", "1", "2"])]
     pub opt: String,

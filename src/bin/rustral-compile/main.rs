@@ -70,6 +70,16 @@ fn compile(args: &Args) -> Result<(), Fail> {
     if let Some(t) = args.threads {
         options.threads = t;
     }
+    if args.webgpu_limits != "default" && args.target != TargetName::Wgsl {
+        return Err(Fail::user("--webgpu-limits sets what the WGSL target compiles for: add --target wgsl"));
+    }
+    #[cfg(feature = "wgsl")]
+    {
+        options.webgpu_limits = match args.webgpu_limits.as_str() {
+            "native" => rustral::runtime::wgpu::Gpu::new().map_err(|e| Fail::user(e.to_string()))?.profile(),
+            spec => rustral::lowering::wgsl::Profile::resolve(spec).map_err(Fail::user)?,
+        };
+    }
     let differentiated;
     let traced = if args.grad {
         // As `Trainer` builds its step: the forward graph fused first (above -O0), so fused
