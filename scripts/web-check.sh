@@ -14,7 +14,7 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(bash scripts/ensure-vulkan.sh)}"
 (
     cd web
     VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json LD_LIBRARY_PATH="/usr/lib/chromium${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        node --test --test-reporter=spec test/wordpiece.test.mjs test/dawn.test.mjs
+        node --test --test-reporter=spec test/wordpiece.test.mjs test/serve.test.mjs test/dawn.test.mjs
     node test/chromium.mjs
     npx --no-install tsc -p test/tsconfig.json
     echo "web-check: the web runtime passed in Dawn and Chromium, and its types compile"

@@ -100,6 +100,7 @@ export function requestDeviceFor(adapter: GPUAdapter, files: ProgramFiles): Prom
 export function openProgram(gpu: GPU | GPUAdapter, folder: string | URL | Folder): Promise<Program>;
 
 export class Program {
+  private constructor();
   static create(device: GPUDevice, files: ProgramFiles): Promise<Program>;
   readonly program: ProgramDesc;
   readonly device: GPUDevice;
@@ -112,6 +113,9 @@ export class Program {
 
 export class WordPiece {
   constructor(vocabText: string, options?: { maxLength?: number; maxWordChars?: number });
+  readonly vocab: Map<string, number>;
+  readonly maxLength: number;
+  readonly maxWordChars: number;
   readonly cls: number;
   readonly sep: number;
   readonly pad: number;

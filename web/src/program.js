@@ -66,8 +66,15 @@ export async function loadFolder(folder) {
     // Names become file names: nothing that could leave the folder.
     if (!/^[A-Za-z0-9_]+$/.test(k.name ?? '')) throw new ProgramError('format', `kernel name ${JSON.stringify(k.name)}`, where);
   }
-  const shaders = await Promise.all(program.kernels.map((k) => folder.text(`${k.name}.wgsl`)));
-  const params = parseSafetensors(await folder.bytes(PARAMS), `${folder.name}${PARAMS}`);
+  const read = async (name, how) => {
+    try {
+      return await folder[how](name);
+    } catch (e) {
+      throw e instanceof ProgramError ? e : new ProgramError('format', e.message, `${folder.name}${name}`);
+    }
+  };
+  const shaders = await Promise.all(program.kernels.map((k) => read(`${k.name}.wgsl`, 'text')));
+  const params = parseSafetensors(await read(PARAMS, 'bytes'), `${folder.name}${PARAMS}`);
   return { program, shaders, params };
 }
 
@@ -179,6 +186,11 @@ export async function requestDeviceFor(adapter, files) {
   const need = neededLimits(files);
   const requiredLimits = {};
   for (const [k, v] of Object.entries(need)) if (v > 0) requiredLimits[k] = v;
+  // Inputs and intermediates are sized by the dims, known only at run time: ask for all the
+  // adapter allows there, as the wgpu runtime does for every limit.
+  for (const k of ['maxStorageBufferBindingSize', 'maxBufferSize', 'maxComputeWorkgroupsPerDimension']) {
+    requiredLimits[k] = adapter.limits[k];
+  }
   return adapter.requestDevice({ requiredLimits });
 }
 
@@ -192,6 +204,28 @@ export async function openProgram(gpu, folder) {
   const files = await loadFolder(typeof folder === 'string' || folder instanceof URL ? urlFolder(folder) : folder);
   const device = await requestDeviceFor(adapter, files);
   return Program.create(device, files);
+}
+
+/** Per device, the last piece of work that holds its error scopes (see `serial`). */
+const busy = new WeakMap();
+
+/**
+ * Run `work` after every earlier `serial` work on `device` has settled. Error scopes belong to
+ * the device, not to a program: two programs awaiting inside their scopes at once would catch
+ * each other's errors, so pipeline creation and runs on one device take turns.
+ */
+function serial(device, work) {
+  const next = (busy.get(device) ?? Promise.resolve()).then(work);
+  busy.set(
+    device,
+    next.catch(() => {}),
+  );
+  return next;
+}
+
+/** A thrown value as a ProgramError (a device's own rejection becomes kind `device`). */
+function typed(e, place) {
+  return e instanceof ProgramError ? e : new ProgramError('device', e?.message ?? String(e), place);
 }
 
 /** Host values as the storage words a buffer holds. */
@@ -216,7 +250,13 @@ function toWords(storage, data, count, place) {
       return Uint32Array.from(data, (v) => (v ? 1 : 0));
     case 'bytes': {
       const out = new Uint8Array(Math.ceil(count / 4) * 4);
-      out.set(data instanceof Uint8Array ? data : Uint8Array.from(data));
+      for (let i = 0; i < count; i++) {
+        const v = Number(data[i]);
+        if (!Number.isInteger(v) || v < 0 || v > 255) {
+          throw new ProgramError('input', `value ${data[i]} at index ${i} is not a byte`, place);
+        }
+        out[i] = v;
+      }
       return out;
     }
     default:
@@ -248,7 +288,7 @@ export class Program {
     const e = exceededLimit(files, device.limits);
     if (e) throw e;
     const p = new Program(device, files);
-    await p.#makePipelines(files.shaders);
+    await serial(device, () => p.#makePipelines(files.shaders));
     p.#uploadFixed(files.params);
     return p;
   }
@@ -261,8 +301,6 @@ export class Program {
   #fixed = new Map();
   /** Storage for the last binding of the dims. */
   #bound = null;
-  /** The last run asked for (settled when it ends). */
-  #last = Promise.resolve();
   /** Distinct pipelines made. */
   pipelineCount = 0;
 
@@ -422,6 +460,29 @@ export class Program {
     }
     const storage = (size, label) =>
       device.createBuffer({ label, size: Math.max(4, size), usage: USAGE.STORAGE | USAGE.COPY_DST | USAGE.COPY_SRC });
+    // Every check before any buffer is made, so a refused binding leaves nothing behind.
+    program.buffers.forEach((buf, b) => {
+      const target = buf.role.kind === 'alias' ? program.buffers[buf.role.of] : buf;
+      if (!target || target.role.kind === 'alias') {
+        throw new ProgramError('format', `an alias of buffer ${buf.role.of}, which has no storage of its own`, bufferPlace(program, b));
+      }
+    });
+    const words = new Uint32Array(Math.max(1, Math.ceil(program.dims.length / 4)) * 4);
+    program.dims.forEach((d, i) => {
+      const n = dims.get(d);
+      if (n > 0xffffffff) throw new ProgramError('limit', `${n} is beyond the u32 index range`, `symbol ${d}`);
+      words[i] = n;
+    });
+    const maxX = limits.maxComputeWorkgroupsPerDimension;
+    const workgroups = program.kernels.map((k) => {
+      const n = evalCount(k.workgroups, dims, kernelPlace(k));
+      const x = Math.min(n, maxX);
+      const y = x === 0 ? 0 : Math.ceil(n / x);
+      if (y > maxX) {
+        throw new ProgramError('limit', `${n} workgroups but the maxComputeWorkgroupsPerDimension limit is ${maxX}`, kernelPlace(k));
+      }
+      return [x, y];
+    });
     const slotBytes = new Array(program.slots).fill(4);
     program.buffers.forEach((buf, b) => {
       const s = buf.role.kind === 'intermediate' ? buf.role.slot : null;
@@ -438,30 +499,11 @@ export class Program {
       owned.push(made);
       return made;
     });
-    const buffers = program.buffers.map((buf, b) => {
-      const of = buf.role.kind === 'alias' ? buf.role.of : b;
-      if (!own[of]) throw new ProgramError('format', `an alias of buffer ${of}, itself an alias`, bufferPlace(program, b));
-      return own[of];
-    });
-    const words = new Uint32Array(Math.max(1, Math.ceil(program.dims.length / 4)) * 4);
-    program.dims.forEach((d, i) => {
-      const n = dims.get(d);
-      if (n > 0xffffffff) throw new ProgramError('limit', `${n} is beyond the u32 index range`, `symbol ${d}`);
-      words[i] = n;
-    });
+    const buffers = program.buffers.map((buf, b) => own[buf.role.kind === 'alias' ? buf.role.of : b]);
     const uniform = device.createBuffer({ label: 'dims', size: words.byteLength, usage: USAGE.UNIFORM | USAGE.COPY_DST });
     device.queue.writeBuffer(uniform, 0, words);
     owned.push(uniform);
-    const maxX = limits.maxComputeWorkgroupsPerDimension;
-    const workgroups = [];
     const groups = program.kernels.map((k, i) => {
-      const n = evalCount(k.workgroups, dims, kernelPlace(k));
-      const x = Math.min(n, maxX);
-      const y = x === 0 ? 0 : Math.ceil(n / x);
-      if (y > maxX) {
-        throw new ProgramError('limit', `${n} workgroups but the maxComputeWorkgroupsPerDimension limit is ${maxX}`, kernelPlace(k));
-      }
-      workgroups.push([x, y]);
       const entries = [{ binding: 0, resource: { buffer: uniform } }];
       for (const b of k.bindings) {
         const resource = b.offset === undefined ? { buffer: buffers[b.buffer] } : { buffer: buffers[b.buffer], offset: b.offset, size: 4 };
@@ -481,10 +523,9 @@ export class Program {
    * @param {{only?: string[]}} [options]
    */
   run(inputs, options = {}) {
-    // One run at a time: runs share the bound buffers, so a second waits for the first.
-    const next = this.#last.then(() => this.#runOne(inputs, options));
-    this.#last = next.catch(() => {});
-    return next;
+    // One run at a time per device: runs share the bound buffers and the device's error
+    // scopes, so a second waits for the first.
+    return serial(this.#device, () => this.#runOne(inputs, options));
   }
 
   async #runOne(inputs, options) {
@@ -501,8 +542,15 @@ export class Program {
     }
     const oom = await device.popErrorScope();
     const invalid = await device.popErrorScope();
-    if (failure) throw failure;
-    if (oom || invalid) throw new ProgramError('device', (oom ?? invalid).message, 'the run');
+    const scoped = oom ?? invalid;
+    if (scoped || failure) {
+      // Storage that failed (or whose init failed) is not kept for the next run.
+      for (const b of this.#bound?.owned ?? []) b.destroy();
+      this.#bound = null;
+    }
+    // The device's own error says more than what it made fail downstream (a mapping).
+    if (scoped) throw new ProgramError('device', scoped.message, 'the run');
+    if (failure) throw typed(failure, 'the run');
     return out;
   }
 
@@ -513,9 +561,8 @@ export class Program {
     if (!same) {
       for (const b of this.#bound?.owned ?? []) b.destroy();
       this.#bound = null;
-      const bound = this.#allocate(dims);
-      await this.#dispatch(bound, 'init', []);
-      this.#bound = bound;
+      this.#bound = this.#allocate(dims);
+      await this.#dispatch(this.#bound, 'init', []);
     }
     const bound = this.#bound;
     for (const [b, buf] of program.buffers.entries()) {

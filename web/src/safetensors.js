@@ -28,6 +28,7 @@ export function parseSafetensors(file, where = 'safetensors') {
   } catch (e) {
     throw fail(`header is not JSON (${e.message})`);
   }
+  if (typeof header !== 'object' || header === null || Array.isArray(header)) throw fail('header is not a JSON object');
   const tensors = new Map();
   for (const [name, t] of Object.entries(header)) {
     if (name === '__metadata__') continue;

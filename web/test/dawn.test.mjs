@@ -58,6 +58,28 @@ const rejects = async (run, kind, pattern) => {
   });
 };
 
+test('two programs on one device, run at once, each give their own answer', async () => {
+  const open = async (name) => {
+    const folder = dirFolder(path.join(dump, name));
+    const files = await loadFolder(folder);
+    const feeds = {};
+    for (const [n, t] of parseSafetensors(await folder.bytes('check/inputs.safetensors'))) feeds[n] = { shape: t.shape, data: tensorValues(t) };
+    return { files, feeds };
+  };
+  const a = await open('gpt2-O2');
+  const b = await open('llama-O2');
+  const adapter2 = await gpu.requestAdapter();
+  const device = await requestDeviceFor(adapter2, a.files);
+  // The sizes a run binds are the adapter's, not WebGPU's defaults.
+  assert.equal(device.limits.maxStorageBufferBindingSize, adapter2.limits.maxStorageBufferBindingSize);
+  const [pa, pb] = await Promise.all([Program.create(device, a.files), Program.create(device, b.files)]);
+  const alone = [await pa.run(a.feeds), await pb.run(b.feeds)];
+  const together = await Promise.all([pa.run(a.feeds), pb.run(b.feeds), pa.run(a.feeds)]);
+  assert.deepEqual(together[0], alone[0]);
+  assert.deepEqual(together[1], alone[1]);
+  assert.deepEqual(together[2], alone[0]);
+});
+
 test('a layer repeated is one pipeline', async () => {
   const { files, program } = await gpt2();
   assert.ok(program.pipelineCount < files.program.kernels.length, `${program.pipelineCount} of ${files.program.kernels.length}`);

@@ -31,7 +31,14 @@ export function serve(routes, port = 0) {
     .sort((a, b) => b[0].length - a[0].length);
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://localhost');
-    let pathname = decodeURIComponent(url.pathname);
+    let pathname;
+    try {
+      pathname = decodeURIComponent(url.pathname);
+    } catch {
+      res.writeHead(400, { 'content-type': 'text/plain' });
+      res.end(`bad path: ${url.pathname}\n`);
+      return;
+    }
     if (pathname.endsWith('/')) pathname += 'index.html';
     const route = table.find(([prefix]) => pathname.startsWith(prefix));
     const file = route && path.resolve(route[1], '.' + pathname.slice(route[0].length - 1));
@@ -42,7 +49,9 @@ export function serve(routes, port = 0) {
       return;
     }
     res.writeHead(200, { 'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream', 'cache-control': 'no-store' });
-    fs.createReadStream(file).pipe(res);
+    fs.createReadStream(file)
+      .on('error', (e) => res.destroy(e))
+      .pipe(res);
   });
   return new Promise((resolve, reject) => {
     server.once('error', reject);
