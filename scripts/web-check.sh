@@ -4,7 +4,9 @@
 # tests wrote with RUSTRAL_WEB_DUMP=DIR (scripts/test.sh sets it): each runs in both hosts
 # against the CPU target's outputs, and the MiniLM demo page is driven in Chromium against
 # sentence-transformers' numbers. Then the package's TypeScript types are compiled.
-# Usage: bash scripts/web-check.sh DIR   (RUSTRAL_WEB_SCREENSHOT=FILE saves the demo's picture)
+# With RUSTRAL_WGSL_DUMP set (as scripts/test.sh sets it) Chromium also compiles every shader
+# the tests emitted. Usage: bash scripts/web-check.sh DIR   (RUSTRAL_WEB_SCREENSHOT=FILE saves the
+# demo's picture)
 set -euo pipefail
 dump="$(cd "$1" && pwd)"
 cd "$(dirname "$0")/.."

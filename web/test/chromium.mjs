@@ -3,7 +3,9 @@
 // against the CPU target's outputs, then the MiniLM demo page (demo/minilm) driven as a user
 // would: it must tokenize the parity sentences as Hugging Face's tokenizer does, and its
 // embeddings and similarity matrix must match sentence-transformers' (fixtures/minilm) and the
-// CPU target's within 1e-4. RUSTRAL_WEB_SCREENSHOT=FILE saves the page (the README's picture).
+// CPU target's within 1e-4. With RUSTRAL_WGSL_DUMP (scripts/test.sh sets it) every shader the
+// tests emitted is compiled there too, as the Tint check does in Dawn.
+// RUSTRAL_WEB_SCREENSHOT=FILE saves the page (the README's picture).
 // Exit status 1 on any failure. Usage: node test/chromium.mjs (CHROMIUM names the browser).
 
 import fs from 'node:fs';
@@ -11,6 +13,7 @@ import path from 'node:path';
 import puppeteer from 'puppeteer-core';
 import { parseSafetensors, tensorValues } from '../src/index.js';
 import { WEB, serve } from '../tools/serve.mjs';
+import { distinct } from '../tools/shaders.js';
 
 const dump = process.env.RUSTRAL_WEB_DUMP;
 if (!dump || !fs.existsSync(dump)) {
@@ -52,6 +55,20 @@ try {
     } catch (e) {
       fail(`${name}: ${e.message}\n${log.join('\n')}`);
     }
+  }
+  const dumped = process.env.RUSTRAL_WGSL_DUMP;
+  if (dumped) {
+    // The shaders of every test (random graphs too), as the Tint check compiles them in Dawn.
+    const files = fs.readdirSync(dumped).filter((f) => f.endsWith('.wgsl')).sort();
+    const shaders = distinct(files.map((f) => ({ file: f, source: fs.readFileSync(path.join(dumped, f), 'utf8') })));
+    let bad = 0;
+    for (let i = 0; i < shaders.length; i += 100) {
+      const failed = await page.evaluate((list) => window.compileShaders(list), shaders.slice(i, i + 100));
+      for (const f of failed) fail(`shader ${f.file}: ${f.message}`);
+      bad += failed.length;
+    }
+    if (shaders.length === 0) fail(`no shaders in RUSTRAL_WGSL_DUMP=${dumped}`);
+    else console.log(`${bad ? 'FAIL' : 'ok'} ${shaders.length} distinct shaders compiled by Chromium: ${bad} messages`);
   }
   if (!folders.includes('minilm-real')) {
     fail('no minilm-real program in RUSTRAL_WEB_DUMP (tests/minilm_targets.rs writes it): the demo was not tested');

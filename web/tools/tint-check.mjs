@@ -2,69 +2,42 @@
 // beside naga, which checks every shader inside the compiler. Usage:
 //   node web/tools/tint-check.mjs DIR...   (every *.wgsl under each DIR; texts equal but for comments count once)
 // Any compilation message (error, warning or info) or a pipeline that cannot be made is a
-// failure, reported with the file and the kernel's header line. Exit status 1 on any failure.
-import { create, globals } from 'webgpu';
+// failure, reported with the file and the kernel's header line (tools/shaders.js, which
+// test/chromium.mjs runs in Chromium too). Exit status 1 on any failure.
+import { create } from 'webgpu';
 import fs from 'node:fs';
 import path from 'node:path';
+import { compileAll, distinct, rejectsCanary, shaderLimits } from './shaders.js';
 
-Object.assign(globalThis, globals);
+// Kept in a variable: Dawn's instance collected while its adapter lives crashes node.
 const gpu = create([]);
 const adapter = await gpu.requestAdapter();
 if (!adapter) {
   console.error('tint-check: Dawn found no adapter (it needs a Vulkan driver it accepts: SwiftShader from chromium)');
   process.exit(2);
 }
-const limits = {};
-for (const k of ['maxStorageBuffersPerShaderStage', 'maxComputeWorkgroupStorageSize', 'maxComputeInvocationsPerWorkgroup', 'maxComputeWorkgroupSizeX']) {
-  limits[k] = adapter.limits[k];
-}
-const device = await adapter.requestDevice({ requiredLimits: limits });
-
-// A canary Tint must reject (naga accepts it): proof that this validator is not a no-op.
-device.pushErrorScope('validation');
-const canary = device.createShaderModule({ code: '@compute @workgroup_size(1)\nfn main() { let x = -3.4028235e38; }\n' });
-const canaryInfo = await canary.getCompilationInfo();
-await device.popErrorScope();
-if (!canaryInfo.messages.some((m) => m.type === 'error')) {
+const device = await adapter.requestDevice({ requiredLimits: shaderLimits(adapter) });
+if (!(await rejectsCanary(device))) {
   console.error('tint-check: Dawn accepted a shader Tint must reject (a float literal beyond f32): not a real check');
   process.exit(2);
 }
 
-const shaders = new Map();
-for (const dir of process.argv.slice(2)) {
-  for (const f of fs.readdirSync(dir).sort()) {
-    if (!f.endsWith('.wgsl')) continue;
-    const file = path.join(dir, f);
-    const source = fs.readFileSync(file, 'utf8');
-    const key = source.split('\n').filter((l) => !l.trim().startsWith('//')).join('\n');
-    if (!shaders.has(key)) shaders.set(key, { file, source });
-  }
-}
-
-if (shaders.size === 0) {
+const shaders = distinct(
+  process.argv.slice(2).flatMap((dir) =>
+    fs
+      .readdirSync(dir)
+      .sort()
+      .filter((f) => f.endsWith('.wgsl'))
+      .map((f) => ({ file: path.join(dir, f), source: fs.readFileSync(path.join(dir, f), 'utf8') })),
+  ),
+);
+if (shaders.length === 0) {
   console.error(`tint-check: no .wgsl files under ${process.argv.slice(2).join(' ')}: nothing was checked`);
   process.exit(2);
 }
-
-const failed = new Set();
-const fail = (file, source, what) => {
-  failed.add(file);
-  const head = source.split('\n')[0];
-  console.log(`${file}: ${what}\n    (${head})`);
-};
-for (const { file, source } of shaders.values()) {
-  device.pushErrorScope('validation');
-  const module = device.createShaderModule({ code: source });
-  const info = await module.getCompilationInfo();
-  for (const m of info.messages) fail(file, source, `${m.lineNum}:${m.linePos} ${m.type}: ${m.message}`);
-  try {
-    await device.createComputePipelineAsync({ layout: 'auto', compute: { module, entryPoint: 'main' } });
-  } catch (e) {
-    fail(file, source, `pipeline: ${e.message}`);
-  }
-  const err = await device.popErrorScope();
-  if (err) fail(file, source, err.message);
-}
+const failures = await compileAll(device, shaders);
+for (const f of failures) console.log(`${f.file}: ${f.message}`);
+const failed = new Set(failures.map((f) => f.file)).size;
 const name = adapter.info?.description || adapter.info?.device || 'an adapter';
-console.log(`tint-check: ${shaders.size} distinct shaders compiled by Dawn (Tint) on ${name}: ${failed.size} failed`);
-process.exit(failed.size ? 1 : 0);
+console.log(`tint-check: ${shaders.length} distinct shaders compiled by Dawn (Tint) on ${name}: ${failed} failed`);
+process.exit(failed ? 1 : 0);
