@@ -281,10 +281,10 @@ const ROWS: usize = 11;
 
 /// `y = quant_matmul(x, w)`, `rows = dequantize(gather(w, ids))` and `cut`, the bytes of `w`
 /// but each row's first and last (a slice moving bytes off their word boundaries).
-fn quant_graph(format: QuantFormat, k: usize, rb: usize) -> Graph {
+fn quant_graph(format: QuantFormat, k: usize, rb: usize, w_rows: usize) -> Graph {
     let mut g = Graph::new("quant");
     let x = g.input("x", TensorType::new(DType::F32, vec![Dim::Static(ROWS), Dim::Static(k)])).unwrap();
-    let w = g.input("w", TensorType::new(DType::U8, vec![Dim::Static(5), Dim::Static(rb)])).unwrap();
+    let w = g.input("w", TensorType::new(DType::U8, vec![Dim::Static(w_rows), Dim::Static(rb)])).unwrap();
     let ids = g.input("ids", TensorType::new(DType::I64, vec![Dim::Static(2)])).unwrap();
     let y = g.add(Op::QuantMatMul { format }, &[x, w], "proj").unwrap();
     let picked = g.add(Op::Gather { axis: 0 }, &[w, ids], "embed").unwrap();
@@ -294,6 +294,48 @@ fn quant_graph(format: QuantFormat, k: usize, rb: usize) -> Graph {
     g.set_output("rows", rows).unwrap();
     g.set_output("cut", cut).unwrap();
     g
+}
+
+/// [`quant_graph`] with `w_rows` weight rows on `target` against the reference; returns the
+/// tolerance of `y` (see `quantized_ops_match_the_reference`).
+fn check_quant_graph(target: &Target, format: QuantFormat, w_rows: usize, options: &CompileOptions) -> (f64, f64) {
+    let k = 256;
+    let rb = format.row_bytes(k).unwrap();
+    let g = quant_graph(format, k, rb, w_rows);
+    let mut s = Session::compile(&g, target.clone(), options).unwrap();
+    s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+    if let Some((p, _)) = s.wgsl().filter(|_| options.webgpu_limits.name != "default") {
+        let ops: std::collections::BTreeSet<&str> = p
+            .kernels
+            .iter()
+            .filter(|k| k.bindings.iter().any(|b| b.size.is_some_and(|n| n > 4)))
+            .map(|k| k.op.as_str())
+            .collect();
+        assert_eq!(
+            ops.into_iter().collect::<Vec<_>>(),
+            ["gather", "quant_matmul", "slice"],
+            "{format}: kernels binding ranges"
+        );
+    }
+    let x = HostTensor::new(DType::F32, &[ROWS, k], rustral::runtime::seeded_values(7, ROWS * k)).unwrap();
+    let feeds = HashMap::from([
+        ("x".to_string(), x),
+        ("w".to_string(), quant_rows(format, w_rows, k, 11)),
+        ("ids".to_string(), HostTensor::i64(&[2], &[4, 1]).unwrap()),
+    ]);
+    let want = evaluate(&g, &feeds).unwrap();
+    let named: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let got = s.run(&named).unwrap();
+    let pick = |outs: &[(String, HostTensor)], name: &str| -> Vec<(String, HostTensor)> {
+        outs.iter().filter(|(n, _)| n == name).cloned().collect()
+    };
+    let largest = pick(&want, "y")[0].1.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let (atol, rtol) = if is_candle(target) { (5e-2 * largest, 0.0) } else { (1e-5 + 1e-6 * largest, 1e-5) };
+    let at = format!("{target:?} {format} {w_rows} rows");
+    max_error(&pick(&want, "rows"), &pick(&got, "rows"), 1e-6, 1e-6, &format!("{at} dequantize"));
+    max_error(&pick(&want, "cut"), &pick(&got, "cut"), 0.0, 0.0, &format!("{at} slice of bytes"));
+    max_error(&pick(&want, "y"), &pick(&got, "y"), atol, rtol, &format!("{at} quant_matmul"));
+    (atol, rtol)
 }
 
 on_every_target! {
@@ -307,27 +349,20 @@ on_every_target! {
         for format in QuantFormat::ALL {
             let k = 256;
             let rb = format.row_bytes(k).unwrap();
-            let g = quant_graph(format, k, rb);
             let options = CompileOptions { threads: 2, ..CompileOptions::default() };
-            let mut s = Session::compile(&g, target.clone(), &options).unwrap();
-            s.bind(&rustral::frontend::ParamStore::default()).unwrap();
-            let x = HostTensor::new(DType::F32, &[ROWS, k], rustral::runtime::seeded_values(7, ROWS * k)).unwrap();
-            let feeds = HashMap::from([
-                ("x".to_string(), x),
-                ("w".to_string(), quant_rows(format, 5, k, 11)),
-                ("ids".to_string(), HostTensor::i64(&[2], &[4, 1]).unwrap()),
-            ]);
-            let want = evaluate(&g, &feeds).unwrap();
-            let named: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
-            let got = s.run(&named).unwrap();
-            let pick = |outs: &[(String, HostTensor)], name: &str| -> Vec<(String, HostTensor)> {
-                outs.iter().filter(|(n, _)| n == name).cloned().collect()
-            };
-            let largest = pick(&want, "y")[0].1.data.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-            let (atol, rtol) = if is_candle(target) { (5e-2 * largest, 0.0) } else { (1e-5 + 1e-6 * largest, 1e-5) };
-            max_error(&pick(&want, "rows"), &pick(&got, "rows"), 1e-6, 1e-6, &format!("{target:?} {format} dequantize"));
-            max_error(&pick(&want, "cut"), &pick(&got, "cut"), 0.0, 0.0, &format!("{target:?} {format} slice of bytes"));
-            max_error(&pick(&want, "y"), &pick(&got, "y"), atol, rtol, &format!("{target:?} {format} quant_matmul"));
+            let (atol, rtol) = check_quant_graph(target, format, 5, &options);
+            if is_wgsl(target) {
+                // 64 weight rows (17 to 54 KB) bound in two ranges: the quantized reads and the
+                // byte stores of `cut` go through the range accessors.
+                let binding = (64 * rb as u64 / 2).div_ceil(256) * 256;
+                let limits = rustral::lowering::wgsl::Limits { max_storage_buffer_binding_size: binding, ..Default::default() };
+                let webgpu_limits = rustral::lowering::wgsl::Profile { name: format!("{binding}-byte binding"), limits };
+                check_quant_graph(target, format, 64, &CompileOptions { webgpu_limits, ..options.clone() });
+            }
+            let feeds = HashMap::from([(
+                "x".to_string(),
+                HostTensor::new(DType::F32, &[ROWS, k], rustral::runtime::seeded_values(7, ROWS * k)).unwrap(),
+            )]);
 
             // The weight as a bound parameter (targets may keep what they derive from it, as
             // candle keeps its QMatMul): right on a second run, and after binding other

@@ -50,6 +50,48 @@ fn a_program_on_disk_follows_its_schema_and_runs_from_the_folder_alone() {
     }
 }
 
+/// A program folder whose range binding leaves its buffer (or its offset alignment) is a typed
+/// error naming the kernel and binding, not a device error or a panic; the unedited folder of
+/// the same program, compiled with the tiny GPT-2's embedding in ranges, runs.
+#[test]
+fn a_range_binding_outside_its_buffer_is_an_error_naming_the_kernel() {
+    if !wgsl_available() {
+        return;
+    }
+    let (_, t) = models().remove(2);
+    let options = CompileOptions { webgpu_limits: common::split_profile(&t.graph), ..CompileOptions::default() };
+    let mut s = Session::compile(&t.graph, Target::Wgsl, &options).unwrap();
+    s.bind(&ParamStore::init(&t.params, 5)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    s.save_wgsl(dir.path()).unwrap();
+    let feeds: std::collections::HashMap<String, HostTensor> = inputs(&t.graph, 2, 5, 50).into_iter().collect();
+    rustral::runtime::wgpu::WgpuProgram::open(dir.path()).unwrap().run(&feeds).unwrap();
+    let json = dir.path().join("program.json");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let schema: serde_json::Value = serde_json::from_str(include_str!("../schemas/wgsl-program.schema.json")).unwrap();
+    let errors: Vec<String> = jsonschema::validator_for(&schema)
+        .unwrap()
+        .iter_errors(&serde_json::from_str(&text).unwrap())
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+    for shift in [4, 256] {
+        let mut p: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let b = p["kernels"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .flat_map(|k| k["bindings"].as_array_mut().unwrap())
+            .find(|b| b["size"].as_u64().is_some_and(|n| n > 4) && b["offset"].as_u64().is_some_and(|o| o > 0))
+            .expect("a range binding");
+        b["offset"] = (b["offset"].as_u64().unwrap() + shift).into();
+        std::fs::write(&json, serde_json::to_string(&p).unwrap()).unwrap();
+        let err =
+            rustral::runtime::wgpu::WgpuProgram::open(dir.path()).and_then(|w| w.run(&feeds)).unwrap_err().to_string();
+        assert!(err.contains("binding") && err.contains("a range must lie inside it"), "{err}");
+    }
+}
+
 /// A token id past the vocabulary is an error naming the gather's kernel and module, not a
 /// silent read past the table.
 #[test]
@@ -140,4 +182,43 @@ fn a_program_over_the_adapters_limits_names_the_limit() {
     wgsl.kernels[0].workgroup_bytes = 1 << 30;
     let err = rustral::runtime::wgpu::WgpuProgram::new(wgsl).err().unwrap().to_string();
     assert!(err.contains("k000") && err.contains("max_compute_workgroup_storage_size"), "{err}");
+}
+
+/// GPT-2-small at full size compiles for WebGPU's default limits (every host gives them): its
+/// 154 MB token embedding, over the 128 MiB a binding may cover, is bound in two ranges by
+/// the kernels that read it (the gather, the tied head's transpose, which writes its 154 MB
+/// result in two ranges too, and the head's matmul). Compiled only: no adapter or parameters
+/// are needed. (Run on lavapipe, whose own binding limit is 128 MiB, it matches the reference
+/// interpreter: `rustral-compile --model gpt2 --config C --target wgsl --check`, see README.)
+#[test]
+fn gpt2_small_compiles_under_the_default_webgpu_limits() {
+    use rustral::lowering::wgsl::{Profile, lower_wgsl_for};
+    use rustral::models::{Gpt2, Gpt2Config};
+    let gpt = Gpt2 { config: Gpt2Config::small(12) };
+    let t = rustral::frontend::trace(rustral::frontend::TraceOptions::default(), |ctx| {
+        let x = gpt.input(ctx)?;
+        Ok(vec![gpt.forward(ctx, &x)?])
+    })
+    .unwrap();
+    let mut g = t.graph.clone();
+    rustral::passes::PassManager::new(OptLevel::O2).run(&mut g).unwrap();
+    let program = rustral::lowering::lower(&g).unwrap();
+    let w = lower_wgsl_for(&program, "gpt2", &Profile::default()).unwrap();
+    let wte = w.buffers.iter().position(|b| b.provenance == "transformer.wte").unwrap();
+    let split: Vec<String> = w
+        .kernels
+        .iter()
+        .filter(|k| k.bindings.iter().any(|b| b.size.is_some_and(|n| n > 4)))
+        .map(|k| format!("{} {}", k.op, k.bindings.iter().filter(|b| b.size.is_some_and(|n| n > 4)).count()))
+        .collect();
+    assert_eq!(split, ["permute 4", "gather 2", "matmul 2"], "kernels binding ranges");
+    let ranges: Vec<(Option<u64>, Option<u64>)> =
+        w.kernels.iter().flat_map(|k| &k.bindings).filter(|b| b.buffer == wte).map(|b| (b.offset, b.size)).collect();
+    assert!(
+        ranges.contains(&(Some(0), Some(128 << 20)))
+            && ranges.contains(&(Some(128 << 20), Some(154389504 - (128 << 20))))
+    );
+    // Chromium's profile binds 1 GiB: nothing is split there.
+    let chrome = lower_wgsl_for(&program, "gpt2", &Profile::resolve("chrome").unwrap()).unwrap();
+    assert!(chrome.kernels.iter().flat_map(|k| &k.bindings).all(|b| b.size.is_none_or(|n| n == 4)));
 }

@@ -40,7 +40,7 @@ export interface KernelDesc {
   entry: string;
   workgroup_size: [number, number, number];
   workgroups: Count;
-  bindings: { binding: number; name: string; buffer: number; access: 'read' | 'read_write'; offset?: number }[];
+  bindings: { binding: number; name: string; buffer: number; access: 'read' | 'read_write'; offset?: number; size?: number }[];
   workgroup_bytes: number;
   failure?: string;
 }

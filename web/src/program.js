@@ -11,7 +11,7 @@ import { ProgramError } from './errors.js';
 import { parseSafetensors } from './safetensors.js';
 
 export const FORMAT = 'rustral-wgsl-program';
-export const VERSION = 2;
+export const VERSION = 3;
 export const PARAMS = 'params.safetensors';
 
 // WebGPU's flag values, fixed by the specification (so no globals are needed in node).
@@ -141,12 +141,26 @@ export function neededLimits({ program, params }) {
     up('maxComputeWorkgroupSizeZ', z);
     up('maxComputeWorkgroupStorageSize', k.workgroup_bytes);
   }
-  for (const t of params.values()) {
-    const bytes = Math.ceil(t.bytes.length / 4) * 4;
-    up('maxStorageBufferBindingSize', bytes);
-    up('maxBufferSize', bytes);
-  }
+  for (const [bytes] of bindingSizes({ program, params })) up('maxStorageBufferBindingSize', bytes);
+  for (const t of params.values()) up('maxBufferSize', Math.ceil(t.bytes.length / 4) * 4);
   return need;
+}
+
+/**
+ * The bytes of each binding whose size the folder fixes, with its place: a range's `size`, or
+ * the whole parameter or constant a binding covers (other sizes follow the dims).
+ */
+function* bindingSizes({ program, params }) {
+  for (const k of program.kernels) {
+    for (const b of k.bindings) {
+      let buf = program.buffers[b.buffer];
+      if (buf?.role.kind === 'alias') buf = program.buffers[buf.role.of];
+      const tensor = buf?.role.kind === 'param' ? buf.role.name : buf?.role.kind === 'constant' ? buf.role.tensor : null;
+      const t = tensor === null ? undefined : params.get(tensor);
+      const bytes = b.size ?? (t ? Math.ceil(t.bytes.length / 4) * 4 : undefined);
+      if (bytes !== undefined) yield [bytes, `${kernelPlace(k)} binding ${b.binding} (${b.name})`];
+    }
+  }
 }
 
 /**
@@ -168,9 +182,12 @@ export function exceededLimit({ program, params }, limits) {
       over('maxComputeWorkgroupStorageSize', k.workgroup_bytes, place);
     if (e) return e;
   }
+  for (const [bytes, place] of bindingSizes({ program, params })) {
+    const e = over('maxStorageBufferBindingSize', bytes, place);
+    if (e) return e;
+  }
   for (const [name, t] of params) {
-    const bytes = Math.ceil(t.bytes.length / 4) * 4;
-    const e = over('maxStorageBufferBindingSize', bytes, `parameter ${name}`) ?? over('maxBufferSize', bytes, `parameter ${name}`);
+    const e = over('maxBufferSize', Math.ceil(t.bytes.length / 4) * 4, `parameter ${name}`);
     if (e) return e;
   }
   return null;
@@ -452,10 +469,8 @@ export class Program {
       return evalCount(buf.elements, dims, bufferPlace(program, b));
     });
     for (const [b, n] of elements.entries()) {
-      for (const limit of ['maxStorageBufferBindingSize', 'maxBufferSize']) {
-        if (n * 4 > limits[limit]) {
-          throw new ProgramError('limit', `needs ${n * 4} bytes but the ${limit} limit is ${limits[limit]}`, bufferPlace(program, b));
-        }
+      if (n * 4 > limits.maxBufferSize) {
+        throw new ProgramError('limit', `needs ${n * 4} bytes but the maxBufferSize limit is ${limits.maxBufferSize}`, bufferPlace(program, b));
       }
     }
     const storage = (size, label) =>
@@ -488,6 +503,33 @@ export class Program {
       const s = buf.role.kind === 'intermediate' ? buf.role.slot : null;
       if (s !== null && s !== undefined) slotBytes[s] = Math.max(slotBytes[s], elements[b] * 4);
     });
+    // The bytes of the storage each buffer sees, then every binding checked against it.
+    const bytesOf = program.buffers.map((buf, b) => {
+      const root = buf.role.kind === 'alias' ? buf.role.of : b;
+      const role = program.buffers[root].role;
+      if (role.kind === 'intermediate' && role.slot !== null && role.slot !== undefined) return slotBytes[role.slot];
+      if (this.#fixed.has(root)) return this.#fixed.get(root).buffer.size;
+      return Math.max(4, elements[root] * 4);
+    });
+    for (const k of program.kernels) {
+      for (const b of k.bindings) {
+        // A range (a status word, a piece of a buffer too large for one binding) or the whole buffer.
+        const whole = bytesOf[b.buffer];
+        const offset = b.offset ?? 0;
+        const size = b.size ?? whole - offset;
+        const place = `${kernelPlace(k)} binding ${b.binding} (${b.name})`;
+        if (!(size > 0 && offset % limits.minStorageBufferOffsetAlignment === 0 && offset + size <= whole)) {
+          throw new ProgramError(
+            'format',
+            `binds ${size} bytes at offset ${offset} of a ${whole}-byte buffer (a range must lie inside it and start at a multiple of ${limits.minStorageBufferOffsetAlignment})`,
+            place,
+          );
+        }
+        if (size > limits.maxStorageBufferBindingSize) {
+          throw new ProgramError('limit', `needs ${size} bytes but the maxStorageBufferBindingSize limit is ${limits.maxStorageBufferBindingSize}`, place);
+        }
+      }
+    }
     const slots = slotBytes.map((n, s) => storage(n, `slot ${s}`));
     const owned = [...slots];
     const own = program.buffers.map((buf, b) => {
@@ -506,7 +548,8 @@ export class Program {
     const groups = program.kernels.map((k, i) => {
       const entries = [{ binding: 0, resource: { buffer: uniform } }];
       for (const b of k.bindings) {
-        const resource = b.offset === undefined ? { buffer: buffers[b.buffer] } : { buffer: buffers[b.buffer], offset: b.offset, size: 4 };
+        const buffer = buffers[b.buffer];
+        const resource = b.offset === undefined && b.size === undefined ? { buffer } : { buffer, offset: b.offset ?? 0, size: b.size };
         entries.push({ binding: b.binding, resource });
       }
       return device.createBindGroup({ label: k.name, layout: this.#pipelines[i].layout, entries });

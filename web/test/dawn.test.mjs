@@ -23,9 +23,10 @@ const gpu = create([]);
 const adapter = await gpu.requestAdapter();
 assert.ok(adapter, 'Dawn found no adapter');
 
-test('the Rust tests wrote the programs of every test model at O0 and O2', () => {
+test('the Rust tests wrote the programs of every test model at O0, O2 and O2 with ranges', () => {
   for (const model of ['mlp', 'bert', 'gpt2', 'llama', 'gpt2_loss']) {
-    for (const level of ['O0', 'O2']) assert.ok(folders.includes(`${model}-${level}`), `${model}-${level} in ${dump}`);
+    // O2-split: compiled for a binding half its largest parameter's size, so that parameter is bound in ranges.
+    for (const level of ['O0', 'O2', 'O2-split']) assert.ok(folders.includes(`${model}-${level}`), `${model}-${level} in ${dump}`);
   }
 });
 
@@ -122,14 +123,35 @@ test('a program over the limits names the limit and the kernel', async () => {
   assert.ok(e instanceof ProgramError);
   assert.match(e.message, /^kernel k\d+_\w+ \(.* at ".*"\): needs \d+ but the maxStorageBuffersPerShaderStage limit is 2$/);
   const small = { ...adapter.limits, maxStorageBufferBindingSize: 64 };
-  assert.match(exceededLimit(files, small).message, /^parameter .*: needs \d+ but the maxStorageBufferBindingSize limit is 64$/);
+  assert.match(exceededLimit(files, small).message, /^kernel k\d+_\w+ \(.*\) binding \d+ \(\w+\): needs \d+ but the maxStorageBufferBindingSize limit is 64$/);
+  const tiny = { ...adapter.limits, maxBufferSize: 64 };
+  assert.match(exceededLimit(files, tiny).message, /^parameter .*: needs \d+ but the maxBufferSize limit is 64$/);
   assert.equal(exceededLimit(files, adapter.limits), null);
+});
+
+test('a range that leaves its buffer or its alignment is refused, naming the kernel and binding', async () => {
+  const folder = dirFolder(path.join(dump, 'gpt2-O2-split'));
+  const feeds = {};
+  for (const [n, t] of parseSafetensors(await folder.bytes('check/inputs.safetensors'))) feeds[n] = { shape: t.shape, data: tensorValues(t) };
+  for (const [shift, pattern] of [
+    [4, /binds \d+ bytes at offset \d+ of a \d+-byte buffer \(a range must lie inside it and start at a multiple of \d+\)$/],
+    [256, /binds \d+ bytes at offset \d+ of a \d+-byte buffer/],
+  ]) {
+    const files = await loadFolder(folder);
+    const k = files.program.kernels.find((k) => k.bindings.some((b) => b.size > 4 && b.offset > 0));
+    const b = k.bindings.find((b) => b.size > 4 && b.offset > 0);
+    b.offset += shift;
+    const device = await requestDeviceFor(await gpu.requestAdapter(), files);
+    const program = await Program.create(device, files);
+    await rejects(() => program.run(feeds), 'format', new RegExp(`^kernel ${k.name} .* binding ${b.binding} \\(${b.name}\\): ${pattern.source}`));
+    program.destroy();
+  }
 });
 
 test('a folder of another format version or with a broken parameter file is refused', async () => {
   const base = dirFolder(path.join(dump, 'gpt2-O2'));
   const edited = (name, change) => ({ ...base, text: async (n) => (n === name ? change(await base.text(n)) : base.text(n)), bytes: base.bytes });
-  await rejects(() => loadFolder(edited('program.json', (t) => t.replace('"version": 2', '"version": 3'))), 'format', /version 3 \(this runtime reads rustral-wgsl-program version 2\)/);
+  await rejects(() => loadFolder(edited('program.json', (t) => t.replace('"version": 3', '"version": 4'))), 'format', /version 4 \(this runtime reads rustral-wgsl-program version 3\)/);
   await rejects(() => loadFolder(edited('program.json', (t) => t.replace(/"name": "(k000_\w+)"/, '"name": "../$1"'))), 'format', /kernel name/);
   const truncated = { ...base, bytes: async (n) => (await base.bytes(n)).subarray(0, 100) };
   await rejects(() => loadFolder(truncated), 'format', /params.safetensors: /);

@@ -3,7 +3,7 @@
 //! expressions here: a static dim is a literal, a symbolic one reads the uniform.
 
 use super::helpers::Helper;
-use super::{Access, Operand, Storage};
+use super::{Access, Operand, Split, Storage};
 use rustral_ir::{Dim, Op, op_text};
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -102,7 +102,7 @@ pub(crate) struct Head<'a> {
 /// One shader under construction.
 pub(crate) struct Shader {
     header: Vec<String>,
-    bindings: Vec<(String, Storage, Access)>,
+    bindings: Vec<(String, Storage, Access, Option<Split>)>,
     /// What a nonzero status word from this kernel means (the data-dependent failures its
     /// checks detect, joined with "or"); None when it has no checks.
     pub status: Option<String>,
@@ -132,9 +132,9 @@ impl Shader {
         for (n, o) in inputs {
             header.push(format!("// {n}: {}", shape(o)));
         }
-        let mut bindings: Vec<(String, Storage, Access)> =
-            inputs.iter().map(|(n, o)| (n.to_string(), o.storage, Access::Read)).collect();
-        bindings.push(("out".into(), out.storage, Access::ReadWrite));
+        let mut bindings: Vec<(String, Storage, Access, Option<Split>)> =
+            inputs.iter().map(|(n, o)| (n.to_string(), o.storage, Access::Read, o.split)).collect();
+        bindings.push(("out".into(), out.storage, Access::ReadWrite, out.split));
         Shader {
             header,
             bindings,
@@ -204,13 +204,32 @@ impl Shader {
         "atomicStore(&status, 1u);".to_string()
     }
 
+    /// Word `idx` of binding `name` as stored (its storage's WGSL type): `name[idx]`, or the
+    /// accessor that picks the range of a split binding.
+    pub fn at(&self, name: &str, idx: &str) -> String {
+        match self.bindings.iter().find(|b| b.0 == name).and_then(|b| b.3) {
+            Some(_) => format!("{name}_at({idx})"),
+            None => format!("{name}[{idx}]"),
+        }
+    }
+
+    /// Statement storing the word `v` (of `out`'s WGSL type) at `out[idx]`.
+    pub fn put(&self, idx: &str, v: &str) -> String {
+        match self.bindings.last().expect("out is bound").3 {
+            Some(_) => format!("out_put({idx}, {v});"),
+            None => format!("out[{idx}] = {v};"),
+        }
+    }
+
     /// Element `idx` of binding `name` as an f32 value.
     pub fn load(&self, name: &str, idx: &str) -> String {
         let storage = self.bindings.iter().find(|b| b.0 == name).map_or(Storage::F32, |b| b.1);
         match storage {
-            Storage::F32 => format!("{name}[{idx}]"),
-            Storage::Bytes => format!("f32(({name}[({idx}) >> 2u] >> ((({idx}) & 3u) * 8u)) & 255u)"),
-            _ => format!("f32({name}[{idx}])"),
+            Storage::F32 => self.at(name, idx),
+            Storage::Bytes => {
+                format!("f32(({} >> ((({idx}) & 3u) * 8u)) & 255u)", self.at(name, &format!("({idx}) >> 2u")))
+            }
+            _ => format!("f32({})", self.at(name, idx)),
         }
     }
 
@@ -221,12 +240,12 @@ impl Shader {
     pub fn store(&mut self, idx: &str, v: &str) -> String {
         let storage = self.bindings.last().expect("out is bound").1;
         match storage {
-            Storage::F32 => format!("out[{idx}] = {v};"),
+            Storage::F32 => self.put(idx, v),
             Storage::I32 => {
                 self.need(Helper::ToInt);
-                format!("out[{idx}] = to_int({v});")
+                self.put(idx, &format!("to_int({v})"))
             }
-            Storage::U32 => format!("out[{idx}] = select(1u, 0u, {v} == 0.0);"),
+            Storage::U32 => self.put(idx, &format!("select(1u, 0u, {v} == 0.0)")),
             Storage::Bytes => format!("packed = packed | ((u32({v}) & 255u) << (({idx} & 3u) * 8u));"),
         }
     }
@@ -248,21 +267,30 @@ impl Shader {
         let words = ctx.dims.len().div_ceil(4).max(1);
         write!(s, "\nstruct Dims {{\n    d: array<vec4<u32>, {words}>,\n}}\n\n").expect("write to String");
         s.push_str("@group(0) @binding(0) var<uniform> dims: Dims;\n");
-        for (i, (name, storage, access)) in self.bindings.iter().enumerate() {
+        let mut number = 0;
+        let mut accessors = Vec::new();
+        for (name, storage, access, split) in &self.bindings {
             let mode = match access {
                 Access::Read => "read",
                 Access::ReadWrite => "read_write",
             };
-            writeln!(s, "@group(0) @binding({}) var<storage, {mode}> {name}: array<{}>;", i + 1, storage.wgsl())
-                .expect("write to String");
+            let ty = storage.wgsl();
+            let names: Vec<String> = match split {
+                None => vec![name.clone()],
+                Some(split) => {
+                    accessors.push(accessor(name, ty, *access, *split));
+                    (0..split.count).map(|c| format!("{name}_{c}")).collect()
+                }
+            };
+            for n in names {
+                number += 1;
+                writeln!(s, "@group(0) @binding({number}) var<storage, {mode}> {n}: array<{ty}>;")
+                    .expect("write to String");
+            }
         }
         if self.status.is_some() {
-            writeln!(
-                s,
-                "@group(0) @binding({}) var<storage, read_write> status: atomic<u32>;",
-                self.bindings.len() + 1
-            )
-            .expect("write to String");
+            writeln!(s, "@group(0) @binding({}) var<storage, read_write> status: atomic<u32>;", number + 1)
+                .expect("write to String");
         }
         if !self.shared.is_empty() {
             s.push('\n');
@@ -275,7 +303,7 @@ impl Shader {
             s.push('\n');
             s.push_str(h.source());
         }
-        for item in &self.items {
+        for item in accessors.iter().chain(&self.items) {
             s.push('\n');
             s.push_str(item);
         }
@@ -289,4 +317,34 @@ impl Shader {
         s.push_str("}\n");
         s
     }
+}
+
+/// The function a shader reads (`{name}_at(i)`) or writes (`out_put(i, v)`) a split binding
+/// with: word `i` of the whole buffer, found in the range that holds it.
+fn accessor(name: &str, ty: &str, access: Access, split: Split) -> String {
+    let per = split.words;
+    let last = split.count - 1;
+    let mut s = String::new();
+    match access {
+        Access::Read => {
+            writeln!(s, "fn {name}_at(i: u32) -> {ty} {{").expect("write to String");
+            for c in 0..last {
+                let from = if c == 0 { "i".to_string() } else { format!("i - {}u", c * per) };
+                writeln!(s, "    if (i < {}u) {{ return {name}_{c}[{from}]; }}", (c + 1) * per)
+                    .expect("write to String");
+            }
+            writeln!(s, "    return {name}_{last}[i - {}u];", last * per).expect("write to String");
+        }
+        Access::ReadWrite => {
+            writeln!(s, "fn {name}_put(i: u32, v: {ty}) {{").expect("write to String");
+            for c in 0..last {
+                let from = if c == 0 { "i".to_string() } else { format!("i - {}u", c * per) };
+                writeln!(s, "    if (i < {}u) {{ {name}_{c}[{from}] = v; return; }}", (c + 1) * per)
+                    .expect("write to String");
+            }
+            writeln!(s, "    {name}_{last}[i - {}u] = v;", last * per).expect("write to String");
+        }
+    }
+    s.push_str("}\n");
+    s
 }

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 /// The format name written in every `program.json`.
 pub const FORMAT: &str = "rustral-wgsl-program";
 /// The format version; bumped when the layout changes incompatibly (2: `bytes` storage and
-/// one status word per checked kernel at its binding's offset).
-pub const VERSION: u32 = 2;
+/// one status word per checked kernel at its binding's offset; 3: bindings of a range,
+/// `offset` and `size`, for buffers larger than one binding).
+pub const VERSION: u32 = 3;
 
 /// A WGSL program: what a WebGPU host needs to run a lowered graph.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -196,10 +197,15 @@ pub struct Binding {
     pub buffer: usize,
     /// Access mode.
     pub access: Access,
-    /// For the status binding: the byte offset of this kernel's 4-byte status word in the
-    /// status buffer. Other bindings cover their whole buffer.
+    /// Where the bound range starts, in bytes: on the status binding, this kernel's word in
+    /// the status buffer; on a range of a buffer too large for one binding, that range's
+    /// start (a multiple of `minStorageBufferOffsetAlignment`). Absent: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offset: Option<u64>,
+    /// Bytes the binding covers from `offset` (4 for the status word, the range's length for
+    /// a range of a split buffer). Absent: the whole buffer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
 }
 
 /// One compute shader and how to dispatch it.

@@ -27,6 +27,9 @@ pub struct Limits {
     pub max_buffer_size: u64,
     /// Workgroups along one dispatch dimension.
     pub max_compute_workgroups_per_dimension: u64,
+    /// The alignment of a storage binding's offset: a tensor larger than one binding is bound
+    /// in pieces that start at multiples of it.
+    pub min_storage_buffer_offset_alignment: u64,
 }
 
 impl Default for Limits {
@@ -40,6 +43,7 @@ impl Default for Limits {
             max_storage_buffer_binding_size: 128 << 20,
             max_buffer_size: 256 << 20,
             max_compute_workgroups_per_dimension: 65535,
+            min_storage_buffer_offset_alignment: 256,
         }
     }
 }
@@ -65,6 +69,7 @@ impl Limits {
                 max_storage_buffer_binding_size: 1 << 30,
                 max_buffer_size: 1 << 30,
                 max_compute_workgroups_per_dimension: 65535,
+                min_storage_buffer_offset_alignment: 256,
             }),
             _ => None,
         }
@@ -150,17 +155,27 @@ pub(crate) fn check(p: &WgslProgram, limits: &Limits, profile: &str) -> Result<(
             over(place(), "maxComputeWorkgroupsPerDimension", n.div_ceil(max), max)?;
         }
     }
-    for (b, buf) in p.buffers.iter().enumerate() {
-        if matches!(buf.role, Role::Alias { .. }) {
-            continue;
-        }
-        let Ok(words) = buf.elements.eval(&none) else { continue };
-        let place = match &buf.role {
+    let words = |b: usize| p.buffers[b].elements.eval(&none).ok();
+    let place = |b: usize| {
+        let buf = &p.buffers[b];
+        match &buf.role {
             Role::Param { name } | Role::Input { name } => format!("buffer {b} ({name}, at {:?})", buf.provenance),
             _ => format!("buffer {b} ({:?})", buf.provenance),
-        };
-        over(place.clone(), "maxStorageBufferBindingSize", words * 4, limits.max_storage_buffer_binding_size)?;
-        over(place, "maxBufferSize", words * 4, limits.max_buffer_size)?;
+        }
+    };
+    // What each binding covers: its range, or its whole buffer when that size is known.
+    for k in &p.kernels {
+        for bnd in &k.bindings {
+            let Some(bytes) = bnd.size.or_else(|| words(bnd.buffer).map(|w| w * 4)) else { continue };
+            over(place(bnd.buffer), "maxStorageBufferBindingSize", bytes, limits.max_storage_buffer_binding_size)?;
+        }
+    }
+    for b in 0..p.buffers.len() {
+        if matches!(p.buffers[b].role, Role::Alias { .. }) {
+            continue;
+        }
+        let Some(w) = words(b) else { continue };
+        over(place(b), "maxBufferSize", w * 4, limits.max_buffer_size)?;
     }
     Ok(())
 }

@@ -93,11 +93,52 @@ pub(crate) struct Operand {
     pub dtype: DType,
     pub storage: Storage,
     pub shape: Vec<Dim>,
+    /// How it is bound when it is larger than one binding (a shader reads and writes it
+    /// through an accessor function, see [`emit::Shader::at`]).
+    pub split: Option<Split>,
 }
 
 impl Operand {
-    fn of(b: &Buffer) -> Operand {
-        Operand { dtype: b.ty.dtype, storage: Storage::of(b.ty.dtype), shape: b.ty.shape.0.clone() }
+    fn of(b: &Buffer, limits: &Limits) -> Operand {
+        let storage = Storage::of(b.ty.dtype);
+        let split = Split::of(&storage.count(&b.ty.shape.0), limits);
+        Operand { dtype: b.ty.dtype, storage, shape: b.ty.shape.0.clone(), split }
+    }
+}
+
+/// A buffer of static size larger than `maxStorageBufferBindingSize` (GPT-2's 154 MB token
+/// embedding under WebGPU's default 128 MiB) bound as `count` consecutive ranges of `words`
+/// words each (the last one shorter), every range starting at a multiple of
+/// `minStorageBufferOffsetAlignment`. The buffer itself stays one allocation, so it must
+/// still fit `maxBufferSize`; symbolic sizes are never split (their size is known only at
+/// run time, when the host checks it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Split {
+    /// Words per binding.
+    pub words: u64,
+    /// Bindings.
+    pub count: u64,
+}
+
+impl Split {
+    fn of(elements: &Count, limits: &Limits) -> Option<Split> {
+        let words = elements.eval(&BTreeMap::new()).ok()?;
+        let max = limits.max_storage_buffer_binding_size / 4;
+        let align = (limits.min_storage_buffer_offset_alignment / 4).max(1);
+        let per = max / align * align;
+        // Not split: what fits, what no aligned range holds, what a u32 index cannot reach,
+        // and what would take more bindings than a shader may have (the limit check then
+        // names the buffer).
+        if words <= max || per == 0 || words > u64::from(u32::MAX) {
+            return None;
+        }
+        let count = words.div_ceil(per);
+        (count < limits.max_storage_buffers_per_shader_stage).then_some(Split { words: per, count })
+    }
+
+    /// Per range: its byte offset and byte size, for a buffer of `words` words.
+    fn ranges(self, words: u64) -> impl Iterator<Item = (u64, u64)> {
+        (0..self.count).map(move |c| (c * self.words * 4, self.words.min(words - c * self.words) * 4))
     }
 }
 
@@ -121,12 +162,12 @@ pub fn lower_wgsl(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
 /// [`lower_wgsl`] for the WebGPU limits of `profile`: every kernel and every buffer of known
 /// size must fit them, or the error names what does not.
 pub fn lower_wgsl_for(p: &Program, name: &str, profile: &Profile) -> Result<WgslProgram, WgslError> {
-    let program = lower_unchecked(p, name)?;
+    let program = lower_unchecked(p, name, &profile.limits)?;
     limits::check(&program, &profile.limits, &profile.name)?;
     Ok(program)
 }
 
-fn lower_unchecked(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
+fn lower_unchecked(p: &Program, name: &str, limits: &Limits) -> Result<WgslProgram, WgslError> {
     let syms: BTreeSet<String> = p
         .buffers
         .iter()
@@ -243,8 +284,8 @@ fn lower_unchecked(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
     let mut checked = 0u64;
     for (i, k) in kernels.iter().enumerate() {
         let kname = format!("k{i:03}_{}", k.name);
-        let operands: Vec<Operand> = k.inputs.iter().map(|&b| Operand::of(&p.buffers[b])).collect();
-        let result = Operand::of(&p.buffers[k.output]);
+        let operands: Vec<Operand> = k.inputs.iter().map(|&b| Operand::of(&p.buffers[b], limits)).collect();
+        let result = Operand::of(&p.buffers[k.output], limits);
         let head = emit::Head { index: i, graph: name, op: &k.op, provenance: &k.provenance };
         let unsupported = |message: String| WgslError::Unsupported {
             kernel: kname.clone(),
@@ -253,26 +294,36 @@ fn lower_unchecked(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
             message,
         };
         let g = generate(&ctx, &head, &k.op, &operands, &result).map_err(unsupported)?;
-        let mut bindings: Vec<Binding> = k
-            .inputs
-            .iter()
-            .zip(&g.names)
-            .enumerate()
-            .map(|(j, (&buffer, n))| Binding {
-                binding: j as u32 + 1,
-                name: n.clone(),
-                buffer,
-                access: Access::Read,
-                offset: None,
-            })
-            .collect();
-        bindings.push(Binding {
-            binding: bindings.len() as u32 + 1,
-            name: "out".into(),
-            buffer: k.output,
-            access: Access::ReadWrite,
-            offset: None,
-        });
+        // One binding per operand, or one per range of a split one, in the order the shader
+        // declares them (operands, then `out`, then the status word).
+        let mut bindings: Vec<Binding> = Vec::new();
+        let bound = k.inputs.iter().zip(&g.names).zip(&operands).map(|((&b, n), o)| (b, n.as_str(), o, Access::Read));
+        for (buffer, n, operand, access) in bound.chain([(k.output, "out", &result, Access::ReadWrite)]) {
+            let number = |bindings: &Vec<Binding>| bindings.len() as u32 + 1;
+            match operand.split {
+                None => bindings.push(Binding {
+                    binding: number(&bindings),
+                    name: n.to_string(),
+                    buffer,
+                    access,
+                    offset: None,
+                    size: None,
+                }),
+                Some(split) => {
+                    let words = operand.storage.count(&operand.shape).eval(&BTreeMap::new()).unwrap_or(0);
+                    for (c, (offset, size)) in split.ranges(words).enumerate() {
+                        bindings.push(Binding {
+                            binding: number(&bindings),
+                            name: format!("{n}_{c}"),
+                            buffer,
+                            access,
+                            offset: Some(offset),
+                            size: Some(size),
+                        });
+                    }
+                }
+            }
+        }
         if g.status.is_some() {
             let s = *status_buffer.get_or_insert_with(|| {
                 buffers.push(WgslBuffer {
@@ -291,6 +342,7 @@ fn lower_unchecked(p: &Program, name: &str) -> Result<WgslProgram, WgslError> {
                 buffer: s,
                 access: Access::ReadWrite,
                 offset: Some(checked * STATUS_STRIDE),
+                size: Some(4),
             });
             checked += 1;
         }

@@ -198,7 +198,8 @@ pub(crate) fn pointwise(
     if bytes {
         sh.nest(false);
         sh.line(1, "}");
-        sh.line(1, "out[word] = packed;");
+        let put = sh.put("word", "packed");
+        sh.line(1, &put);
     }
     let status = sh.status.clone();
     let workgroup_bytes = sh.workgroup_bytes();

@@ -28,16 +28,17 @@ const WG: u32 = 64;
 /// than 4; unrolled rows a one-row `x` does not have would halve decode's speed.
 const ROWS: u64 = 4;
 
-/// Reading `w`: byte `i`, the word at any byte offset, an f16 from its 16 bits.
+/// Reading `w`: byte `i`, the word at any byte offset (`W(j)` stands for word `j` of `w`, see
+/// [`words`]), an f16 from its 16 bits.
 const WORDS: &str = "fn byte_at(i: u32) -> u32 {
-    return (w[i >> 2u] >> ((i & 3u) * 8u)) & 255u;
+    return (W(i >> 2u) >> ((i & 3u) * 8u)) & 255u;
 }
 
 fn word_at(i: u32) -> u32 {
     let s = (i & 3u) * 8u;
-    let lo = w[i >> 2u];
+    let lo = W(i >> 2u);
     if (s == 0u) { return lo; }
-    return (lo >> s) | (w[(i >> 2u) + 1u] << (32u - s));
+    return (lo >> s) | (W((i >> 2u) + 1u) << (32u - s));
 }
 
 fn f16_bits(h: u32) -> f32 {
@@ -55,6 +56,11 @@ fn nibbles(q: u32, shift: u32) -> vec4<f32> {
 }
 ";
 
+/// [`WORDS`] reading this shader's `w` (whole or split).
+fn words(sh: &Shader) -> String {
+    WORDS.replace("W(i >> 2u)", &sh.at("w", "i >> 2u")).replace("W((i >> 2u) + 1u)", &sh.at("w", "(i >> 2u) + 1u"))
+}
+
 /// K-quants' 6-bit scale and minimum of sub-block `j` from the 12 bytes at `s`.
 const K_SCALES: &str = "fn k_scale(s: u32, j: u32) -> u32 {
     if (j < 4u) { return byte_at(s + j) & 63u; }
@@ -70,9 +76,11 @@ fn k_min(s: u32, j: u32) -> u32 {
 /// Lines (at `indent`) unpacking group `j` of the block at byte `base` into `v0..v7`, each
 /// four consecutive weights. `aligned`: every block starts on a word, so quants load whole.
 fn unpack(sh: &mut Shader, indent: usize, format: QuantFormat, aligned: bool) {
-    sh.item(WORDS.to_string());
+    sh.item(words(sh));
+    // Word `#` of `w`, as this shader reads it.
+    let at = sh.at("w", "#");
     let word = |off: &str| {
-        if aligned { format!("w[(base + {off}) >> 2u]") } else { format!("word_at(base + {off})") }
+        if aligned { at.replace('#', &format!("(base + {off}) >> 2u")) } else { format!("word_at(base + {off})") }
     };
     let mut lines: Vec<String> = Vec::new();
     match format {
@@ -182,7 +190,8 @@ pub(crate) fn dequantize(
     sh.line(1, "let o = gi * 32u;");
     for c in 0..8 {
         for (e, lane) in ["x", "y", "z", "w"].iter().enumerate() {
-            sh.line(1, &format!("out[o + {}u] = v{c}.{lane};", 4 * c + e));
+            let put = sh.put(&format!("o + {}u", 4 * c + e), &format!("v{c}.{lane}"));
+            sh.line(1, &put);
         }
     }
     // ceil(rows * groups / WG): one term, the groups folded into its static factor.
@@ -238,12 +247,8 @@ pub(crate) fn quant_matmul(
         let terms: Vec<String> = (0..8)
             .map(|c| {
                 let e = 4 * c;
-                format!(
-                    "dot(v{c}, vec4<f32>(x[xo + {e}u], x[xo + {}u], x[xo + {}u], x[xo + {}u]))",
-                    e + 1,
-                    e + 2,
-                    e + 3
-                )
+                let x: Vec<String> = (e..e + 4).map(|i| sh.at("x", &format!("xo + {i}u"))).collect();
+                format!("dot(v{c}, vec4<f32>({}))", x.join(", "))
             })
             .collect();
         sh.line(
@@ -257,7 +262,8 @@ pub(crate) fn quant_matmul(
     }
     sh.line(1, "}");
     for r in 0..tile {
-        sh.line(1, &format!("if ({r}u < rows) {{ out[(row0 + {r}u) * n + col] = acc{r}; }}"));
+        let put = sh.put(&format!("(row0 + {r}u) * n + col"), &format!("acc{r}"));
+        sh.line(1, &format!("if ({r}u < rows) {{ {put} }}"));
     }
     let workgroups = Count::ceil_div(&w.shape[..1], WG as u64).times(Count::ceil_div(rows, tile));
     let (status, workgroup_bytes) = (sh.status.clone(), sh.workgroup_bytes());

@@ -65,11 +65,12 @@ fn float_literals_are_exact() {
     }
 }
 
-/// GPT-2-small's token embedding, [50257, 768] f32 = 154 MB, gathered by token id.
-fn embedding() -> Program {
+/// A token embedding of `vocab` rows of 768 (GPT-2-small's: 50257 rows, 154 MB f32), gathered
+/// by token id.
+fn embedding(vocab: usize) -> Program {
     let mut g = Graph::new("embed");
     let ids = g.input("ids", TensorType::new(DType::I64, vec![sym("batch"), sym("seq")])).unwrap();
-    let shape = vec![Dim::Static(50257), Dim::Static(768)];
+    let shape = vec![Dim::Static(vocab), Dim::Static(768)];
     let wte = g.param("wte", TensorType::new(DType::F32, shape), "wte").unwrap();
     let x = g.add(Op::Gather { axis: 0 }, &[wte, ids], "wte").unwrap();
     g.set_output("x", x).unwrap();
@@ -77,19 +78,55 @@ fn embedding() -> Program {
 }
 
 #[test]
+fn a_tensor_larger_than_one_binding_is_bound_in_ranges() {
+    let p = embedding(50257);
+    let w = lower_wgsl(&p, "embed").unwrap();
+    let gather = &w.kernels[0];
+    let ranges: Vec<(&str, Option<u64>, Option<u64>)> =
+        gather.bindings.iter().map(|b| (b.name.as_str(), b.offset, b.size)).collect();
+    // 154389504 bytes: 128 MiB from 0, the rest from 128 MiB (a multiple of 256).
+    assert_eq!(
+        ranges,
+        [
+            ("table_0", Some(0), Some(134217728)),
+            ("table_1", Some(134217728), Some(20171776)),
+            ("indices", None, None),
+            ("out", None, None),
+            ("status", Some(0), Some(4)),
+        ]
+    );
+    assert!(gather.source.contains("fn table_at(i: u32) -> f32 {\n    if (i < 33554432u) { return table_0[i]; }\n    return table_1[i - 33554432u];\n}"), "{}", gather.source);
+    assert!(gather.source.contains("out[i] = table_at("), "{}", gather.source);
+    // Chromium's profile binds 1 GiB: one binding.
+    let chrome = lower_wgsl_for(&p, "embed", &Profile::resolve("chrome").unwrap()).unwrap();
+    assert!(chrome.kernels[0].bindings[0].size.is_none());
+}
+
+#[test]
 fn a_program_over_its_profile_names_the_buffer_the_limit_and_the_profile() {
-    let p = embedding();
-    let e = lower_wgsl(&p, "embed").unwrap_err().to_string();
-    assert!(e.starts_with("buffer 1 (wte, at \"wte\") needs 154389504 where the default WebGPU limits allow 134217728 (maxStorageBufferBindingSize;"), "{e}");
-    // Chromium's profile binds 1 GiB: the same program compiles for it.
-    assert!(lower_wgsl_for(&p, "embed", &Profile::resolve("chrome").unwrap()).is_ok());
+    // Twice GPT-2-small's vocabulary: 309 MB, more than one buffer may hold.
+    let e = lower_wgsl(&embedding(100514), "embed").unwrap_err().to_string();
+    assert!(
+        e.starts_with(
+            "buffer 1 (wte, at \"wte\") needs 308779008 where the default WebGPU limits allow 268435456 (maxBufferSize;"
+        ),
+        "{e}"
+    );
     let few = Profile {
         name: "tiny".into(),
         limits: Limits { max_storage_buffers_per_shader_stage: 2, ..Limits::default() },
     };
-    let e = lower_wgsl_for(&p, "embed", &few).unwrap_err().to_string();
-    // gather binds wte, ids, out and its status word (an id past the table sets it).
+    let e = lower_wgsl_for(&embedding(50257), "embed", &few).unwrap_err().to_string();
+    // gather binds wte, ids, out and its status word (an id past the table sets it); two
+    // bindings are too few to split the table.
     assert!(e.starts_with("kernel k000_gather (gather at \"wte\") needs 4 where the tiny WebGPU limits allow 2 (maxStorageBuffersPerShaderStage;"), "{e}");
+    let unaligned = Profile {
+        name: "odd".into(),
+        limits: Limits { min_storage_buffer_offset_alignment: 1 << 30, ..Limits::default() },
+    };
+    let e = lower_wgsl_for(&embedding(50257), "embed", &unaligned).unwrap_err().to_string();
+    // No range of at most 128 MiB starts at a multiple of 1 GiB but the first.
+    assert!(e.starts_with("buffer 1 (wte, at \"wte\") needs 154389504 where the odd WebGPU limits allow 134217728 (maxStorageBufferBindingSize;"), "{e}");
 }
 
 #[test]

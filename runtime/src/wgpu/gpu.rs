@@ -48,6 +48,7 @@ impl Gpu {
             max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
             max_buffer_size: l.max_buffer_size,
             max_compute_workgroups_per_dimension: u64::from(l.max_compute_workgroups_per_dimension),
+            min_storage_buffer_offset_alignment: u64::from(l.min_storage_buffer_offset_alignment),
         };
         rustral_lowering::wgsl::Profile { name: format!("native ({})", self.describe()), limits }
     }
@@ -120,16 +121,31 @@ impl Gpu {
         }
     }
 
-    /// Fail with the limit's name when a buffer of `bytes` cannot be bound.
+    /// Fail with the limit's name when a buffer of `bytes` cannot be made.
     pub(crate) fn check_size(&self, place: &str, bytes: u64) -> Result<(), WgpuError> {
-        let limits = self.device.limits();
-        let binding = limits.max_storage_buffer_binding_size;
-        for (limit, allowed) in
-            [("max_storage_buffer_binding_size", binding), ("max_buffer_size", limits.max_buffer_size)]
-        {
-            if bytes > allowed {
-                return Err(WgpuError::Limit { limit, needed: bytes, allowed, place: place.to_string() });
-            }
+        let allowed = self.device.limits().max_buffer_size;
+        if bytes > allowed {
+            return Err(WgpuError::Limit {
+                limit: "max_buffer_size",
+                needed: bytes,
+                allowed,
+                place: place.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fail with the limit's name when one storage binding of `bytes` cannot be made (a
+    /// program binds a buffer larger than that in ranges).
+    pub(crate) fn check_binding(&self, place: &str, bytes: u64) -> Result<(), WgpuError> {
+        let allowed = self.device.limits().max_storage_buffer_binding_size;
+        if bytes > allowed {
+            return Err(WgpuError::Limit {
+                limit: "max_storage_buffer_binding_size",
+                needed: bytes,
+                allowed,
+                place: place.to_string(),
+            });
         }
         Ok(())
     }

@@ -458,14 +458,30 @@ impl WgpuProgram {
             workgroups.push((x as u32, y as u32));
             let mut entries = vec![wgpu::BindGroupEntry { binding: 0, resource: dims.as_entire_binding() }];
             for bnd in &kernel.bindings {
-                let resource = match bnd.offset {
-                    // A status word: 4 bytes at the kernel's offset.
-                    Some(offset) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                        buffer: &buffers[bnd.buffer],
-                        offset,
-                        size: std::num::NonZeroU64::new(4),
+                let buffer = &buffers[bnd.buffer];
+                // A range (a status word, a piece of a buffer too large for one binding) or
+                // the whole buffer.
+                let at = format!("kernel {} binding {} ({})", kernel.name, bnd.binding, place(bnd.buffer));
+                let offset = bnd.offset.unwrap_or(0);
+                let size = bnd.size.unwrap_or_else(|| buffer.size().saturating_sub(offset));
+                let align = u64::from(self.gpu.device.limits().min_storage_buffer_offset_alignment);
+                if size == 0 || offset % align != 0 || offset.checked_add(size).is_none_or(|end| end > buffer.size()) {
+                    return Err(WgpuError::Device {
+                        place: at,
+                        message: format!(
+                            "binds {size} bytes at offset {offset} of a {}-byte buffer (a range must lie inside it and start at a multiple of {align})",
+                            buffer.size()
+                        ),
+                    });
+                }
+                self.gpu.check_binding(&at, size)?;
+                let resource = match (bnd.offset, bnd.size) {
+                    (None, None) => buffer.as_entire_binding(),
+                    (offset, size) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer,
+                        offset: offset.unwrap_or(0),
+                        size: size.and_then(std::num::NonZeroU64::new),
                     }),
-                    None => buffers[bnd.buffer].as_entire_binding(),
                 };
                 entries.push(wgpu::BindGroupEntry { binding: bnd.binding, resource });
             }
