@@ -216,6 +216,11 @@ impl Graph {
         }
     }
 
+    /// The symbolic dims its node types name (what `--shape NAME=N` may pin).
+    pub fn symbols(&self) -> std::collections::BTreeSet<String> {
+        self.nodes.node_weights().flat_map(|n| n.ty.shape.symbols().map(str::to_string).collect::<Vec<_>>()).collect()
+    }
+
     /// Number of nodes.
     pub fn len(&self) -> usize {
         self.nodes.node_count()

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod cli;
+
 use rustral::frontend::{ParamStore, TraceOptions, Traced, trace, trace_named};
 use rustral::ir::Graph;
 use rustral::models::{Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel};

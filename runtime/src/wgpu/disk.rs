@@ -29,6 +29,16 @@ pub fn save(dir: &Path, program: &WgslProgram, params: &HashMap<String, HostTens
         let path = dir.join(format!("{}.wgsl", k.name));
         std::fs::write(&path, &k.source).map_err(|e| io(&path, e))?;
     }
+    // A folder written before by another program keeps no shader of that one: the folder is
+    // exactly this program (other files are the user's and stay).
+    let ours: std::collections::BTreeSet<String> = program.kernels.iter().map(|k| format!("{}.wgsl", k.name)).collect();
+    for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
+        let path = entry.map_err(|e| io(dir, e))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+        if name.ends_with(".wgsl") && !ours.contains(&name) {
+            std::fs::remove_file(&path).map_err(|e| io(&path, e))?;
+        }
+    }
     let mut tensors: BTreeMap<String, (Storage, Vec<usize>, Vec<u8>)> = BTreeMap::new();
     for (b, buf) in program.buffers.iter().enumerate() {
         let (name, shape, data) = match &buf.role {

@@ -18,7 +18,7 @@ pub struct Out {
 impl Out {
     pub fn new(dir: Option<&Path>) -> Result<Out, Fail> {
         if let Some(d) = dir {
-            std::fs::create_dir_all(d).map_err(|e| Fail::user(format!("{}: {e}", d.display())))?;
+            folder(d, "-o")?;
         }
         Ok(Out { dir: dir.map(Path::to_path_buf) })
     }
@@ -88,6 +88,14 @@ pub fn write(out: &Out, e: Emit, traced: &Traced, session: &Session, args: &Args
         Emit::Wgsl => Ok(()),
         Emit::Stats => Ok(()),
     }
+}
+
+/// Make `d` (an option's folder) unless it is one, with a clear error when it names a file.
+pub fn folder(d: &Path, option: &str) -> Result<(), Fail> {
+    if d.exists() && !d.is_dir() {
+        return Err(Fail::user(format!("{option} {}: a file, where a folder is wanted", d.display())));
+    }
+    std::fs::create_dir_all(d).map_err(|e| Fail::user(format!("{option} {}: {e}", d.display())))
 }
 
 /// stats.json: the passes' statistics, the program's size and the run's timings.

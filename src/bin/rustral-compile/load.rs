@@ -28,7 +28,16 @@ pub fn load(args: &Args) -> Result<Loaded, Fail> {
     }
     let options = TraceOptions { shape: policy, seed: args.seed, ..TraceOptions::default() };
     if let Some(model) = args.model {
+        if !pins.is_empty() {
+            // Traced once more with every dim symbolic (milliseconds) to know which it has.
+            let open = TraceOptions { seed: args.seed, ..TraceOptions::default() };
+            let open = built_in(model, args.config.as_deref(), open)?;
+            known_dims(&pins, &open.traced.graph, &open.label)?;
+        }
         return built_in(model, args.config.as_deref(), options);
+    }
+    if args.config.is_some() {
+        return Err(Fail::user("--config is the config.json of a built-in model: give --model too"));
     }
     let path = args.input.as_deref().expect("clap requires an input without --model");
     let label = path.display().to_string();
@@ -46,6 +55,7 @@ pub fn load(args: &Args) -> Result<Loaded, Fail> {
                 // `file:line:col: expected X, found Y`, as compilers print it.
                 rustral::ir::parse(&text).map_err(|e| Fail::user(format!("{label}:{e}")))?
             };
+            known_dims(&pins, &graph, &label)?;
             graph.pin_dims(&pins);
             rustral::ir::verify(&graph).map_err(|e| Fail::user(format!("{label}: the graph does not verify:\n{e}")))?;
             let params = param_specs(&graph, &label)?;
@@ -58,6 +68,19 @@ pub fn load(args: &Args) -> Result<Loaded, Fail> {
         }
     };
     Ok(Loaded { label, traced, ignore: &[] })
+}
+
+/// Every `--shape` names a symbolic dim of `g`: a misspelt dim would otherwise be ignored.
+fn known_dims(pins: &BTreeMap<String, usize>, g: &Graph, label: &str) -> Result<(), Fail> {
+    let dims = g.symbols();
+    match pins.keys().find(|p| !dims.contains(*p)) {
+        None => Ok(()),
+        Some(p) if dims.is_empty() => Err(Fail::user(format!("--shape {p}=...: {label} has no symbolic dims"))),
+        Some(p) => Err(Fail::user(format!(
+            "--shape {p}=...: {label} has no dim {p:?} (its symbolic dims: {})",
+            dims.into_iter().collect::<Vec<_>>().join(", ")
+        ))),
+    }
 }
 
 /// Parameter declarations for an IR file, which has types but no initialisers.

@@ -22,7 +22,14 @@ fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("internal error (a bug in rustral-compile; please report it): {info}");
     }));
-    let args = Args::parse();
+    // Usage errors are user errors (exit 1, as documented), not clap's 2 (our internal-error code).
+    let args = match Args::try_parse() {
+        Ok(args) => args,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(1) } else { ExitCode::SUCCESS };
+        }
+    };
     match std::panic::catch_unwind(|| compile(&args)) {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(fail)) => {
@@ -32,6 +39,9 @@ fn main() -> ExitCode {
         Err(_) => ExitCode::from(2),
     }
 }
+
+/// `--threads` beyond this many per core only adds scheduling (10,000 threads never finished).
+const MAX_THREADS_PER_CORE: usize = 8;
 
 fn compile(args: &Args) -> Result<(), Fail> {
     let target = target(args.target)?;
@@ -68,6 +78,13 @@ fn compile(args: &Args) -> Result<(), Fail> {
     let mut options = CompileOptions { level, disabled: args.disable.clone(), ..CompileOptions::default() };
     options.dump_each = args.print_after_all;
     if let Some(t) = args.threads {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let most = MAX_THREADS_PER_CORE * cores;
+        if t == 0 || t > most {
+            return Err(Fail::user(format!(
+                "--threads {t}: give 1 to {most} ({MAX_THREADS_PER_CORE} per core; this machine has {cores})"
+            )));
+        }
         options.threads = t;
     }
     if args.webgpu_limits != "default" && args.target != TargetName::Wgsl {

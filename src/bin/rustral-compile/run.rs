@@ -109,8 +109,8 @@ fn read_npy(file: &Path, dtype: DType) -> Result<HostTensor, Fail> {
 
 /// Write `t` as NAME.npy in `dir` (floats as f32 unless f64, integers as i64).
 pub fn save(dir: &Path, name: &str, t: &HostTensor) -> Result<(), Fail> {
-    std::fs::create_dir_all(dir).map_err(|e| Fail::user(format!("{}: {e}", dir.display())))?;
-    let path = dir.join(format!("{name}.npy"));
+    crate::emit::folder(dir, "--save-outputs")?;
+    let path = dir.join(file_name(name)?);
     let file = std::fs::File::create(&path).map_err(|e| Fail::user(format!("{}: {e}", path.display())))?;
     let written = match t.dtype {
         DType::F64 => t.data.write_npy(file),
@@ -118,6 +118,20 @@ pub fn save(dir: &Path, name: &str, t: &HostTensor) -> Result<(), Fail> {
         _ => t.data.mapv(|v| v as f32).write_npy(file),
     };
     written.map_err(|e| Fail::user(format!("{}: {e}", path.display())))
+}
+
+/// `NAME.npy` for output `name`, which must be a plain file name: an output named `../x` or
+/// `/abs` would otherwise be written outside the folder.
+fn file_name(name: &str) -> Result<String, Fail> {
+    let plain = !name.is_empty()
+        && !name.starts_with('.')
+        && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.'));
+    if !plain {
+        return Err(Fail::user(format!(
+            "output {name:?} cannot be saved as a file name (--save-outputs takes names of letters, digits, '_', '-' and '.', not starting with '.')"
+        )));
+    }
+    Ok(format!("{name}.npy"))
 }
 
 /// Errors of `got` against `want`, per output: (max absolute, max relative to `1 + |want|`).
@@ -134,14 +148,27 @@ pub fn errors(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -> Re
             }
             let (mut abs, mut rel) = (0.0f64, 0.0f64);
             for (&a, &b) in w.data.iter().zip(g.data.iter()) {
-                let e = if a.is_nan() && b.is_nan() { 0.0 } else { (a - b).abs() };
-                let e = if e.is_nan() { f64::INFINITY } else { e };
+                let (e, r) = difference(a, b);
                 abs = abs.max(e);
-                rel = rel.max(e / (1.0 + a.abs()));
+                rel = rel.max(r);
             }
             Ok((name.clone(), abs, rel))
         })
         .collect()
+}
+
+/// `|a - b|` and `|a - b| / (1 + |a|)` for a reference value `a`: 0 when both are NaN or
+/// the same infinity, infinite when only one is NaN or infinite (a relative error of two
+/// infinities would be NaN, which `max` drops: the check would pass in silence).
+fn difference(a: f64, b: f64) -> (f64, f64) {
+    if a == b || (a.is_nan() && b.is_nan()) {
+        (0.0, 0.0)
+    } else if !a.is_finite() || !b.is_finite() {
+        (f64::INFINITY, f64::INFINITY)
+    } else {
+        let e = (a - b).abs();
+        (e, e / (1.0 + a.abs()))
+    }
 }
 
 /// One line about an output: shape, dtype and a few statistics.
@@ -152,4 +179,28 @@ pub fn summary(name: &str, t: &HostTensor) -> String {
     let min = v.iter().copied().fold(f64::INFINITY, f64::min);
     let max = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     format!("{name}: {}{:?}  mean {mean:.6}  min {min:.6}  max {max:.6}", t.dtype, t.shape())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_values_match_only_themselves() {
+        let inf = f64::INFINITY;
+        assert_eq!(difference(f64::NAN, f64::NAN), (0.0, 0.0));
+        assert_eq!(difference(inf, inf), (0.0, 0.0));
+        for (a, b) in [(inf, 1.0), (1.0, inf), (f64::NAN, 1.0), (1.0, f64::NAN), (inf, -inf), (f64::NAN, inf)] {
+            assert_eq!(difference(a, b), (inf, inf), "{a} vs {b}");
+        }
+        assert_eq!(difference(1.0, 1.5), (0.5, 0.25));
+    }
+
+    #[test]
+    fn output_names_stay_in_their_folder() {
+        assert_eq!(file_name("grad.transformer.wte").unwrap(), "grad.transformer.wte.npy");
+        for bad in ["../x", "/abs/path", "a/b", "..", "", ".hidden", "a\\b"] {
+            assert!(file_name(bad).is_err(), "{bad:?}");
+        }
+    }
 }
