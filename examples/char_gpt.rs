@@ -2,9 +2,9 @@
 //! CPU target: a progress bar with the loss against the unigram baseline, then the final loss
 //! and a 200-character sample.
 //!
-//! `cargo run --release --example char_gpt [-- TEXT_FILE [STEPS]]` (the text
-//! defaults to `../shared/DESIGN.md`, which does not change with the code, so the figure the
-//! README quotes can be reproduced; the steps to 600).
+//! `cargo run --release --example char_gpt [-- TEXT_FILE [STEPS]]` (the text defaults to
+//! `examples/data/char_gpt.txt`, a frozen copy of docs/architecture.md that does not change
+//! with the code, so the figure the README quotes can be reproduced; the steps to 600).
 
 #[path = "training/mod.rs"]
 mod training;
@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args
         .next()
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/DESIGN.md"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/data/char_gpt.txt"));
     let steps: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(600);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let out = training::char_gpt::train(&text, steps, "The ", true)?;

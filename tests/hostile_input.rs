@@ -108,3 +108,261 @@ fn a_reused_program_folder_holds_only_the_new_program() {
     assert!(before > kernels, "the first program is the larger ({before} shaders vs {kernels})");
     assert_eq!(shaders(dir.path()), kernels, "one shader per kernel of the new program");
 }
+
+/// `fixture` (a config.json under fixtures/) with `changes` applied, written into `dir`.
+fn config(dir: &tempfile::TempDir, name: &str, fixture: &str, changes: serde_json::Value) -> String {
+    let text = std::fs::read_to_string(common::cli::root().join("fixtures").join(fixture)).unwrap();
+    let mut c: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for (k, v) in changes.as_object().unwrap() {
+        c[k] = v.clone();
+    }
+    write(dir, name, &c.to_string())
+}
+
+/// Configs that would divide by zero, give NaN logits, overflow, or change the maths in a
+/// way the model does not implement: an error naming the file and the key.
+#[test]
+fn configs_outside_what_the_model_computes_are_errors() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let gpt2 = "tiny-gpt2/config.json";
+    let llama = "tiny-llama/config.json";
+    let bert = "minilm/model_files/config.json";
+    let cases = [
+        ("gpt2", gpt2, json!({"n_head": 0}), "n_head is 0"),
+        ("gpt2", gpt2, json!({"n_head": 3}), "n_embd 64 is not a multiple of n_head 3"),
+        ("gpt2", gpt2, json!({"layer_norm_epsilon": -1e-5}), "layer_norm_epsilon is -0.00001"),
+        ("gpt2", gpt2, json!({"n_embd": 1u64 << 40}), "n_embd is 1099511627776"),
+        ("gpt2", gpt2, json!({"scale_attn_by_inverse_layer_idx": true}), "scale_attn_by_inverse_layer_idx is true"),
+        ("llama", llama, json!({"num_attention_heads": 0}), "num_attention_heads is 0"),
+        ("llama", llama, json!({"num_key_value_heads": 3}), "not a multiple of num_key_value_heads 3"),
+        ("llama", llama, json!({"rope_parameters": {"rope_theta": 0.0, "rope_type": "default"}}), "rope_theta is 0"),
+        ("llama", llama, json!({"rope_scaling": {"rope_type": "llama3", "factor": 8.0}}), "rope_scaling is"),
+        ("llama", llama, json!({"rms_norm_eps": -1.0}), "rms_norm_eps is -1"),
+        ("minilm", bert, json!({"num_attention_heads": 0}), "num_attention_heads is 0"),
+        (
+            "minilm",
+            bert,
+            json!({"position_embedding_type": "relative_key"}),
+            "position_embedding_type is \"relative_key\"",
+        ),
+    ];
+    for (i, (model, fixture, change, needle)) in cases.into_iter().enumerate() {
+        let path = config(&dir, &format!("c{i}.json"), fixture, change);
+        user_error(
+            cli().args(["--model", model, "--config", &path, "--run", "-q"]),
+            &[&format!("c{i}.json: "), needle],
+        );
+    }
+    // Unscaled RoPE spelt out is what the model computes.
+    let path = config(&dir, "unscaled.json", llama, json!({"rope_scaling": {"rope_type": "default"}}));
+    assert!(stdout(cli().args(["--model", "llama", "--config", &path, "--check", "-q"])).contains("check passed"));
+}
+
+/// A .npy file as numpy writes it (format 1.0): `descr`, `shape`, then `data` less `cut` bytes.
+fn npy(dir: &tempfile::TempDir, name: &str, descr: &str, shape: &[u64], data: &[u8], cut: usize) -> String {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let comma = if shape.len() == 1 { "," } else { "" };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}{comma}), }}", dims.join(", "));
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    bytes.truncate(bytes.len() - cut);
+    let path = dir.path().join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+fn i64s(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn f32s(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+#[test]
+fn npy_inputs_are_checked_before_they_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = f32s(&[0.5; 96]);
+    let mlp = "examples/ir/gelu_mlp.rir";
+    let good = npy(&dir, "good.npy", "<f4", &[2, 3, 16], &x, 0);
+    assert!(stdout(cli().args([mlp, "--input", &format!("x={good}"), "--check", "-q"])).contains("check passed"));
+    let cases = [
+        (
+            npy(&dir, "cut.npy", "<f4", &[2, 3, 16], &x, 8),
+            "truncated: the header says <f4 [2, 3, 16] (384 bytes of data), the file holds 376",
+        ),
+        // 144 bytes whose header claims 2^40 elements: refused, not allocated.
+        (npy(&dir, "claim.npy", "<f4", &[1 << 40], &[0; 16], 0), "truncated: the header says <f4 [1099511627776]"),
+        (
+            npy(&dir, "long.npy", "<f4", &[2, 3, 16], &f32s(&[0.5; 100]), 0),
+            "400 bytes of data where the header's <f4 [2, 3, 16] holds 384",
+        ),
+        (npy(&dir, "bool.npy", "|b1", &[2, 3, 16], &[0; 96], 0), "holds |b1 values; the input is f32"),
+        (write(&dir, "text.npy", "not numpy"), "not a .npy file"),
+    ];
+    for (path, needle) in &cases {
+        user_error(cli().args([mlp, "--input", &format!("x={path}"), "--run", "-q"]), &[path, needle]);
+    }
+    let gpt2 = ["--model", "gpt2", "--config", "fixtures/tiny-gpt2/config.json"];
+    let big = npy(&dir, "big.npy", "<i8", &[1, 2], &i64s(&[1 << 60, 1]), 0);
+    user_error(
+        cli().args(gpt2).args(["--input", &format!("input_ids={big}"), "--run", "-q"]),
+        &["holds 1152921504606846976, beyond 2^53"],
+    );
+}
+
+/// A prompt longer than GPT-2's position table (32 rows in the tiny config) is an error on
+/// every target: the CPU kernels must not read past the table.
+#[test]
+fn a_prompt_longer_than_the_position_table_is_an_error_on_every_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let ids = npy(&dir, "ids.npy", "<i8", &[1, 40], &i64s(&[1; 40]), 0);
+    let mut targets = vec!["cpu", "reference", "candle-cpu"];
+    if common::wgsl_available() {
+        targets.push("wgsl");
+    }
+    for target in targets {
+        let out = cli()
+            .args(["--model", "gpt2", "--config", "fixtures/tiny-gpt2/config.json", "--target", target])
+            .args(["--input", &format!("input_ids={ids}"), "--run", "-q"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{target}: {stderr}");
+        assert!(stderr.contains("past the end") || stderr.contains("out of range"), "{target}: {stderr}");
+    }
+    let ok = npy(&dir, "ok.npy", "<i8", &[1, 32], &i64s(&[1; 32]), 0);
+    let gpt2 = ["--model", "gpt2", "--config", "fixtures/tiny-gpt2/config.json"];
+    assert!(
+        stdout(cli().args(gpt2).args(["--input", &format!("input_ids={ok}"), "--check", "-q"]))
+            .contains("check passed")
+    );
+}
+
+/// Sizes that overflow are type errors; sizes the machine cannot hold are refused before
+/// anything is allocated, against --max-memory (or the machine's available memory).
+#[test]
+fn sizes_are_counted_before_anything_is_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let rir = |n: &str| {
+        format!("graph \"g\" {{\n  %0: f32[{n}] = input \"x\"\n  %1: f32[{n}] = relu %0\n  output \"y\" = %1\n}}\n")
+    };
+    let over = write(&dir, "over.rir", &rir("4294967296, 4294967296"));
+    user_error(
+        cli().args([over.as_str(), "--run", "-q"]),
+        &["over.rir: the graph does not verify", "its element count overflows"],
+    );
+    let gpt2 = ["--model", "gpt2", "--config", "fixtures/tiny-gpt2/config.json"];
+    user_error(
+        cli().args(gpt2).args(["--shape", "batch=1152921504606846976", "--run", "-q"]),
+        &["element count overflows"],
+    );
+    let big = write(&dir, "big.rir", &rir("100000, 100000"));
+    user_error(
+        cli().args([big.as_str(), "--run", "--max-memory", "64G", "-q"]),
+        &["input x ([100000, 100000]) would need 111.8 GiB, beyond --max-memory (64.0 GiB)"],
+    );
+    user_error(
+        cli().args(gpt2).args(["--shape", "batch=100000", "--run", "--max-memory", "256M", "-q"]),
+        &["running with batch=100000, seq=2 would need", "beyond --max-memory (256.0 MiB)"],
+    );
+    let wide = config(&dir, "wide.json", "tiny-gpt2/config.json", serde_json::json!({"n_embd": 1 << 20, "n_head": 1}));
+    user_error(
+        cli().args(["--model", "gpt2", "--config", &wide, "--run", "--max-memory", "1G", "-q"]),
+        &["the 28 parameters would need", "TiB, beyond --max-memory (1.0 GiB)"],
+    );
+    user_error(
+        cli().args([big.as_str(), "--max-memory", "lots"]),
+        &["\"lots\": give bytes or a number with K, M, G or T"],
+    );
+}
+
+#[test]
+fn ir_files_are_bounded_and_their_constants_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let deep = format!(
+        "graph \"g\" {{\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = reshape %0 {{shape={}{}}}\n  output \"y\" = %1\n}}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let deep = write(&dir, "deep.rir", &deep);
+    user_error(cli().args([deep.as_str(), "-q"]), &["deep.rir:3:", "nested at most 64 lists deep"]);
+    for (values, needle) in [
+        ("i32[2] = const [1.5, 2]", "value 0 (1.5) is not a i32 value"),
+        ("i32[2] = const [1, 1e20]", "value 1 (100000000000000000000) is not a i32 value"),
+        (
+            "i64[1] = const [9007199254740993]",
+            "expected a number an f64 holds exactly (integers within 2^53), not 9007199254740993",
+        ),
+        ("i64[1] = const [1e300]", "is not a i64 value (whole numbers within 2^53)"),
+        ("bool[1] = const [2]", "is not a bool value (0 or 1)"),
+    ] {
+        let rir = write(&dir, "c.rir", &format!("graph \"g\" {{\n  %0: {values}\n  output \"y\" = %0\n}}\n"));
+        user_error(cli().args([rir.as_str(), "--run", "-q"]), &["c.rir:", needle]);
+    }
+}
+
+/// WGSL answers as the reference does at the edges: the mean of nothing is NaN, float to
+/// int casts saturate, indices beyond i32 are refused, tensors past u32 indexing are refused.
+#[test]
+fn wgsl_answers_at_the_edges_as_the_reference_does() {
+    if !common::wgsl_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cast = write(
+        &dir,
+        "cast.rir",
+        "graph \"g\" {\n  %0: f32[5] = input \"x\"\n  %1: i32[5] = cast %0 {to=i32}\n  output \"y\" = %1\n}\n",
+    );
+    let x = npy(&dir, "x.npy", "<f4", &[5], &f32s(&[3e9, -3e9, f32::NAN, -1.5, 2.5e9]), 0);
+    let out = stdout(cli().args([cast.as_str(), "--target", "wgsl", "--input", &format!("x={x}"), "--check", "-q"]));
+    assert!(out.contains("check passed"), "{out}");
+    let mean = write(
+        &dir,
+        "mean.rir",
+        "graph \"g\" {\n  %0: f32[3, 0] = input \"x\"\n  %1: f32[3] = reduce_mean %0 {axes=[1], keepdim=false}\n  output \"y\" = %1\n}\n",
+    );
+    let out = stdout(cli().args([mean.as_str(), "--target", "wgsl", "--check", "-q"]));
+    assert!(out.contains("check passed") && out.contains("mean NaN"), "{out}");
+    let gather = write(
+        &dir,
+        "gather.rir",
+        "graph \"g\" {\n  %0: f32[4, 2] = input \"t\"\n  %1: i64[1] = input \"i\"\n  %2: f32[1, 2] = gather %0, %1 {axis=0}\n  output \"y\" = %2\n}\n",
+    );
+    let i = npy(&dir, "i.npy", "<i8", &[1], &i64s(&[(1 << 32) + 1]), 0);
+    user_error(
+        cli().args([gather.as_str(), "--target", "wgsl", "--input", &format!("i={i}"), "--run", "-q"]),
+        &["value 0 is 4294967297, beyond i32"],
+    );
+    let huge = write(
+        &dir,
+        "huge.rir",
+        "graph \"g\" {\n  %0: f32[5000000000] = input \"x\"\n  %1: f32[5000000000] = relu %0\n  output \"y\" = %1\n}\n",
+    );
+    user_error(cli().args([huge.as_str(), "--target", "wgsl", "-q"]), &["more than 2^32 - 1 elements"]);
+}
+
+/// Attention over zero keys is the reference's answer on every target, not a panic.
+#[test]
+fn attention_over_no_keys_answers_as_the_reference_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let rir = write(
+        &dir,
+        "empty.rir",
+        "graph \"g\" {\n  %0: f32[1, 2, 3, 4] = input \"q\"\n  %1: f32[1, 2, 0, 4] = input \"k\"\n  \
+         %2: f32[1, 2, 0, 4] = input \"v\"\n  %3: f32[1, 2, 3, 4] = attention %0, %1, %2 {scale=0.5, causal=false}\n  \
+         output \"y\" = %3\n}\n",
+    );
+    for target in ["cpu", "reference", "candle-cpu"] {
+        let out = stdout(cli().args([rir.as_str(), "--target", target, "--check", "-q"]));
+        assert!(out.contains("check passed"), "{target}: {out}");
+    }
+}

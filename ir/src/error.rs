@@ -25,7 +25,10 @@ impl fmt::Display for TypeError {
             write!(f, " at {}", self.provenance)?;
         }
         let ops: Vec<String> = self.operands.iter().map(|t| t.to_string()).collect();
-        write!(f, " (operands: {}): {}", ops.join(", "), self.reason)
+        if !ops.is_empty() {
+            write!(f, " (operands: {})", ops.join(", "))?;
+        }
+        write!(f, ": {}", self.reason)
     }
 }
 

@@ -19,7 +19,26 @@ pub fn infer(op: &Op, args: &[&TensorType], declared: &TensorType) -> Result<Ten
         return Err(arity_reason(op, lo, hi, args.len()));
     }
     storage_only(op, args, declared)?;
-    op.type_rule(args, declared)
+    let t = op.type_rule(args, declared)?;
+    countable(&t)?;
+    Ok(t)
+}
+
+/// The most bytes one tensor may hold: what an allocation (and an index) can reach.
+pub const MAX_TENSOR_BYTES: usize = isize::MAX as usize;
+
+/// A type whose static dims' element count, in bytes, fits in [`MAX_TENSOR_BYTES`]: an
+/// overflowing count would otherwise wrap to a small one and index past the data. Symbolic
+/// dims are counted when they are bound, by whoever binds them.
+fn countable(t: &TensorType) -> Result<(), Reason> {
+    let bytes = t.shape.dims().iter().try_fold(t.dtype.size_bytes(), |n, d| match d {
+        Dim::Static(s) => n.checked_mul(*s),
+        Dim::Sym(_) => Some(n),
+    });
+    match bytes {
+        Some(b) if b <= MAX_TENSOR_BYTES => Ok(()),
+        _ => Err(format!("{t} holds more than 2^63 bytes: its element count overflows")),
+    }
 }
 
 /// `u8` holds packed blocks: only `dequantize` and `quant_matmul` read it, the row-moving
@@ -294,7 +313,39 @@ pub(crate) fn constant(value: &Literal, declared: &TensorType) -> Result<TensorT
             return Err(format!("{} values for shape {} of {n} elements", data.len(), declared.shape));
         }
     }
+    let values: &[F64] = match value {
+        Literal::Splat(v) => std::slice::from_ref(v),
+        Literal::Dense(data) => data,
+    };
+    if let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !holds(declared.dtype, v.0)) {
+        let which = if values.len() > 1 { format!("value {i} ({})", v.0) } else { format!("{}", v.0) };
+        return Err(format!("{which} is not a {} value{}", declared.dtype, int_range(declared.dtype)));
+    }
     Ok(declared.clone())
+}
+
+/// Whether `dtype` holds `v` exactly (integers: whole and in range; i64 within 2^53, the
+/// largest an f64 literal holds exactly) or, for floats, by IEEE rounding.
+fn holds(dtype: DType, v: f64) -> bool {
+    let whole = |lo: f64, hi: f64| v.fract() == 0.0 && (lo..=hi).contains(&v);
+    match dtype {
+        DType::I32 => whole(i32::MIN as f64, i32::MAX as f64),
+        DType::I64 => whole(-(2f64.powi(53)), 2f64.powi(53)),
+        DType::U8 => whole(0.0, 255.0),
+        DType::Bool => v == 0.0 || v == 1.0,
+        DType::F16 | DType::BF16 | DType::F32 | DType::F64 => true,
+    }
+}
+
+/// ` (whole numbers in LO..=HI)` for an integer dtype, for messages.
+fn int_range(dtype: DType) -> String {
+    match dtype {
+        DType::I32 => format!(" (whole numbers in {}..={})", i32::MIN, i32::MAX),
+        DType::I64 => " (whole numbers within 2^53)".into(),
+        DType::U8 => " (whole numbers in 0..=255)".into(),
+        DType::Bool => " (0 or 1)".into(),
+        _ => String::new(),
+    }
 }
 
 /// Symbols must be identifiers so that the text form can print and parse them.

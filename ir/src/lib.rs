@@ -32,12 +32,12 @@ pub use dtype::DType;
 pub use error::{IrError, ParseError, TypeError, VerifyError, VerifyErrors};
 pub use float::F64;
 pub use graph::{Graph, Node, NodeId, Output};
-pub use infer::infer;
+pub use infer::{MAX_TENSOR_BYTES, infer};
 pub use op::{
     Activation, AttrVisitor, AttrWriter, BinaryOp, Choice, ElementwiseExpr, ExprNode, GeluApprox,
     INTEGER_DIVISION_BY_ZERO, KernelFamily, Literal, Op, OpClass, OpDecl, Real, ReduceOp, UnaryOp,
 };
-pub use parse::parse;
+pub use parse::{MAX_NESTING, parse};
 pub use quant::{QuantError, QuantFormat, f16_at, k_scale_min};
 pub use serial::{FORMAT_VERSION, GraphRepr, NodeRepr, OutputRepr, from_binary, from_json, to_binary, to_json};
 pub use shape::{Dim, Shape, SymProduct, TensorType, broadcast_shapes, broadcasts_to, is_identifier};

@@ -49,7 +49,8 @@ pub fn verify(g: &Graph) -> Result<(), VerifyErrors> {
             Ok(t) => push(id, format!("declared type {} but the op gives {t}", node.ty)),
             Err(reason) => {
                 let tys: Vec<String> = args.iter().map(|t| t.to_string()).collect();
-                push(id, format!("{reason} (operands: {})", tys.join(", ")));
+                let operands = if tys.is_empty() { String::new() } else { format!(" (operands: {})", tys.join(", ")) };
+                push(id, format!("{reason}{operands}"));
             }
         }
         if let Op::Input { name } | Op::Param { name } = &node.op

@@ -69,15 +69,21 @@ impl MemoryPlan {
     pub fn report(&self, buffers: &[Buffer], binding: &BTreeMap<String, usize>) -> PlanReport {
         let bytes = |b: usize| {
             let t = &buffers[b].ty;
-            t.shape.resolve(|s| binding.get(s).copied().unwrap_or(1)).iter().product::<usize>() * t.dtype.size_bytes()
+            // Saturating: a binding too large to count is too large to allocate, and a memory
+            // check against the report must see that, not a wrapped small number.
+            let dims = t.shape.resolve(|s| binding.get(s).copied().unwrap_or(1));
+            dims.iter().try_fold(t.dtype.size_bytes(), |n, &d| n.checked_mul(d)).unwrap_or(usize::MAX)
         };
         let mut slot_bytes = vec![0usize; self.slots];
         let mut unplanned = 0;
         for (&b, &s) in &self.slot_of {
             let n = bytes(b);
-            unplanned += n;
+            unplanned = n.saturating_add(unplanned);
             slot_bytes[s] = slot_bytes[s].max(n);
         }
-        PlanReport { planned_peak_bytes: slot_bytes.iter().sum(), unplanned_bytes: unplanned }
+        PlanReport {
+            planned_peak_bytes: slot_bytes.iter().fold(0, |a, &b| a.saturating_add(b)),
+            unplanned_bytes: unplanned,
+        }
     }
 }

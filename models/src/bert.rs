@@ -1,7 +1,7 @@
 //! BERT encoders (all-MiniLM-L6-v2 is the real one we run): post-LN layers, learned absolute
 //! positions, token types, GELU (erf), and sentence embeddings by mean pooling.
 
-use crate::config::{ConfigError, read_json};
+use crate::config::{self, ConfigError, Key, null_or_false, read_json};
 use rustral_frontend::nn::{
     Activation, BertLayer, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection,
     padding_mask,
@@ -39,10 +39,34 @@ pub struct BertConfig {
     pub attention_probs_dropout_prob: f64,
 }
 
+/// Keys of BERT configs whose non-default values this model does not implement.
+const BERT_KEYS: &[Key] = &[
+    Key {
+        name: "position_embedding_type",
+        supported: |v| v.is_null() || v == "absolute",
+        expected: "\"absolute\": learned absolute positions",
+    },
+    Key { name: "is_decoder", supported: null_or_false, expected: "false: an encoder" },
+];
+
 impl BertConfig {
     /// Read a `config.json`.
     pub fn from_file(path: &Path) -> Result<BertConfig, ConfigError> {
-        read_json(path)
+        config::checked(path, read_json(path, BERT_KEYS)?, BertConfig::validate)
+    }
+
+    /// The first problem that would make this config divide by zero, give NaN or overflow.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        config::size("vocab_size", self.vocab_size)?;
+        config::size("hidden_size", self.hidden_size)?;
+        config::heads("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)?;
+        config::size("intermediate_size", self.intermediate_size)?;
+        config::size("max_position_embeddings", self.max_position_embeddings)?;
+        config::size("type_vocab_size", self.type_vocab_size)?;
+        config::layers("num_hidden_layers", self.num_hidden_layers)?;
+        config::eps("layer_norm_eps", self.layer_norm_eps)?;
+        config::probability("hidden_dropout_prob", self.hidden_dropout_prob)?;
+        config::probability("attention_probs_dropout_prob", self.attention_probs_dropout_prob)
     }
 
     /// A small config for tests and snapshots (`layers` layers of width 32, 4 heads).
@@ -93,6 +117,7 @@ impl Bert {
     /// The last hidden state `[batch, seq, hidden]`.
     pub fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor, types: &Tensor, mask: &Tensor) -> Result<Tensor> {
         let c = &self.config;
+        c.validate().map_err(|m| config::invalid("bert", m))?;
         let dropout = Dropout { p: c.hidden_dropout_prob };
         let mut h = ctx.scope("embeddings", |ctx| {
             let words = Embedding::new("word_embeddings", c.vocab_size, c.hidden_size).forward(ctx, ids)?;

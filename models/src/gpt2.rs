@@ -1,7 +1,7 @@
 //! GPT-2: pre-LN blocks, learned positions, `Conv1D` weights stored `[in, out]`, GELU (tanh),
 //! causal attention, final `ln_f`, output projection tied to the token embedding.
 
-use crate::config::{ConfigError, read_json};
+use crate::config::{self, ConfigError, Key, null_or_false, null_or_true, read_json};
 use rustral_frontend::nn::{
     Activation, Dropout, Embedding, Gpt2Block, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection,
 };
@@ -40,10 +40,34 @@ pub struct Gpt2Config {
     pub attn_pdrop: f64,
 }
 
+/// Keys of GPT-2 configs whose non-default values this model does not implement.
+const GPT2_KEYS: &[Key] = &[
+    Key { name: "scale_attn_weights", supported: null_or_true, expected: "true: scores divided by sqrt(head_dim)" },
+    Key { name: "scale_attn_by_inverse_layer_idx", supported: null_or_false, expected: "false" },
+    Key { name: "add_cross_attention", supported: null_or_false, expected: "false: no encoder" },
+    Key { name: "tie_word_embeddings", supported: null_or_true, expected: "true: the output head is wte" },
+];
+
 impl Gpt2Config {
     /// Read a `config.json`.
     pub fn from_file(path: &Path) -> Result<Gpt2Config, ConfigError> {
-        read_json(path)
+        config::checked(path, read_json(path, GPT2_KEYS)?, Gpt2Config::validate)
+    }
+
+    /// The first problem that would make this config divide by zero, give NaN or overflow.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        config::size("vocab_size", self.vocab_size)?;
+        config::size("n_embd", self.n_embd)?;
+        config::heads("n_embd", self.n_embd, "n_head", self.n_head)?;
+        config::size("n_positions", self.n_positions)?;
+        config::layers("n_layer", self.n_layer)?;
+        if let Some(inner) = self.n_inner {
+            config::size("n_inner", inner)?;
+        }
+        config::eps("layer_norm_epsilon", self.layer_norm_epsilon)?;
+        config::probability("resid_pdrop", self.resid_pdrop)?;
+        config::probability("embd_pdrop", self.embd_pdrop)?;
+        config::probability("attn_pdrop", self.attn_pdrop)
     }
 
     /// GPT-2 small's shape (width 768, 12 heads, vocab 50257, 1024 positions, GELU tanh) with
@@ -66,6 +90,7 @@ impl Gpt2Config {
 
     /// One block of this config (trace it under the scope `h.{i}` for checkpoint names).
     pub fn block(&self) -> Result<Gpt2Block> {
+        self.validate().map_err(|m| config::invalid("gpt2", m))?;
         let d = self.n_embd;
         let act = Activation::from_hf(&self.activation_function).ok_or_else(|| rustral_frontend::Error::Argument {
             op: "gpt2".into(),

@@ -1,6 +1,6 @@
 //! LLaMA: RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied output head.
 
-use crate::config::{ConfigError, read_json};
+use crate::config::{self, ConfigError, Key, null_or_false, read_json};
 use rustral_frontend::nn::{
     Dropout, Embedding, Linear, LlamaBlock, Module, MultiHeadAttention, QkvProjection, RmsNorm, Rope, SwiGlu,
 };
@@ -49,10 +49,55 @@ pub struct RopeParameters {
     pub rope_theta: f64,
 }
 
+/// RoPE with frequencies unscaled: no `rope_scaling`, or one of type "default".
+fn default_rope(v: &serde_json::Value) -> bool {
+    let kind = v.get("rope_type").or_else(|| v.get("type"));
+    v.is_null() || kind.is_none_or(|t| t == "default")
+}
+
+/// Keys of LLaMA configs whose non-default values this model does not implement.
+const LLAMA_KEYS: &[Key] = &[
+    Key { name: "rope_scaling", supported: default_rope, expected: "unscaled RoPE (null or rope_type \"default\")" },
+    Key { name: "rope_parameters", supported: default_rope, expected: "rope_type \"default\"" },
+    Key { name: "attention_bias", supported: null_or_false, expected: "false: projections without bias" },
+    Key { name: "mlp_bias", supported: null_or_false, expected: "false: projections without bias" },
+    Key { name: "hidden_act", supported: |v| v.is_null() || v == "silu", expected: "\"silu\" (SwiGLU)" },
+];
+
 impl LlamaConfig {
     /// Read a `config.json`.
     pub fn from_file(path: &Path) -> Result<LlamaConfig, ConfigError> {
-        read_json(path)
+        config::checked(path, read_json(path, LLAMA_KEYS)?, LlamaConfig::validate)
+    }
+
+    /// The first problem that would make this config divide by zero, give NaN or overflow.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        config::size("vocab_size", self.vocab_size)?;
+        config::size("hidden_size", self.hidden_size)?;
+        config::size("intermediate_size", self.intermediate_size)?;
+        config::layers("num_hidden_layers", self.num_hidden_layers)?;
+        match self.head_dim {
+            Some(hd) => {
+                config::size("head_dim", hd)?;
+                config::size("num_attention_heads", self.num_attention_heads)?;
+            }
+            None => config::heads("hidden_size", self.hidden_size, "num_attention_heads", self.num_attention_heads)?,
+        }
+        config::heads(
+            "num_attention_heads",
+            self.num_attention_heads,
+            "num_key_value_heads",
+            self.num_key_value_heads,
+        )?;
+        config::eps("rms_norm_eps", self.rms_norm_eps)?;
+        let theta = self.theta();
+        if !(theta.is_finite() && theta > 0.0) {
+            return Err(format!("rope_theta is {theta}: give a finite value > 0"));
+        }
+        if let Some(n) = self.max_position_embeddings {
+            config::size("max_position_embeddings", n)?;
+        }
+        Ok(())
     }
 
     /// A small config for tests and snapshots (4 query heads sharing 2 key/value heads).
@@ -94,6 +139,7 @@ impl Llama {
     /// Logits `[batch, seq, vocab]` (with a KV cache: the last position's, `[batch, 1, vocab]`).
     pub fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
         let c = &self.config;
+        c.validate().map_err(|m| config::invalid("llama", m))?;
         let d = c.hidden_size;
         let hd = c.head_dim.unwrap_or(d / c.num_attention_heads);
         let (q_out, kv_out) = (c.num_attention_heads * hd, c.num_key_value_heads * hd);

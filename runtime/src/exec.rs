@@ -418,6 +418,18 @@ impl<B: Backend> Executor<B> {
         let kernel = &self.program.kernels[k];
         let dtype = self.program.buffers[kernel.output].ty.dtype;
         let place = self.place(k);
+        // A static slice of a symbolic dim is in range only once the dim is bound: a prompt
+        // longer than GPT-2's position table must fail here, not read past the rows.
+        if let Op::Slice { axis, start, .. } = &kernel.op
+            && let Some(a) = args.first()
+        {
+            let size = B::shape(a).get(*axis).copied().unwrap_or(0);
+            let end = start.saturating_add(shape.get(*axis).copied().unwrap_or(0));
+            if end > size {
+                let message = format!("slice {start}..{end} is past the end of axis {axis} (size {size})");
+                return Err(EvalError::Runtime { place, message }.into());
+            }
+        }
         let (v, fallback) = match self.backend.run_kernel(kernel, args, dtype, shape, &place)? {
             Some(v) => (v, false),
             None => {

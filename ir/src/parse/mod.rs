@@ -21,6 +21,10 @@ pub fn parse(src: &str) -> Result<Graph, ParseError> {
     let mut p = Parser { tokens, pos: 0, nodes: Vec::new() };
     p.graph()
 }
+/// Lists in attribute values nest at most this deep: the parser recurses per level, and a
+/// file nested 100,000 deep would otherwise overflow the stack (an abort, not an error).
+pub const MAX_NESTING: usize = 64;
+
 struct Parser {
     tokens: Vec<Spanned>,
     pos: usize,
@@ -119,6 +123,11 @@ impl Parser {
 
     fn float(&mut self) -> PResult<F64> {
         let v = match self.peek() {
+            // A whole number is read exactly or not at all: 9007199254740993 would silently
+            // become ...992 as an f64 (and an i64 constant another value).
+            Tok::Num(s) if s.parse::<i128>().is_ok_and(|n| F64::parse(s).is_some_and(|v| v.0 as i128 != n)) => {
+                return self.fail(format!("a number an f64 holds exactly (integers within 2^53), not {s}"));
+            }
             Tok::Num(s) | Tok::Ident(s) => F64::parse(s),
             _ => None,
         };
@@ -308,7 +317,7 @@ impl Parser {
             let key = self.ident("an attribute name")?;
             self.punct('=')?;
             let (vline, vcol) = self.here();
-            let value = self.value()?;
+            let value = self.value(0)?;
             items.push(AttrItem { key, value, key_at: (line, col), value_at: (vline, vcol) });
             if self.eat_punct('}') {
                 return Ok(items);
@@ -319,10 +328,14 @@ impl Parser {
         }
     }
 
-    fn value(&mut self) -> PResult<Value> {
+    fn value(&mut self, depth: usize) -> PResult<Value> {
         match self.next() {
             Tok::Num(s) => Ok(Value::Num(s)),
             Tok::Ident(s) => Ok(Value::Ident(s)),
+            Tok::Punct('[') if depth >= MAX_NESTING => {
+                self.pos -= 1;
+                self.fail(format!("a value nested at most {MAX_NESTING} lists deep"))
+            }
             Tok::Punct('[') => {
                 let mut xs = Vec::new();
                 if self.eat_punct(']') {
@@ -330,7 +343,7 @@ impl Parser {
                 }
                 loop {
                     let (line, col) = self.here();
-                    xs.push((self.value()?, line, col));
+                    xs.push((self.value(depth + 1)?, line, col));
                     if self.eat_punct(']') {
                         return Ok(Value::List(xs));
                     }

@@ -21,6 +21,7 @@ pub(crate) enum Helper {
     Pow,
     MaxMin,
     ToInt,
+    CastI32,
     RoundF16,
     RoundBf16,
     RoundI64,
@@ -221,6 +222,15 @@ fn pcg(v: u32) -> u32 {
 }
 "
             }
+            Helper::CastI32 => {
+                "// Float to i32 as `cast` defines it: truncate and saturate (NaN gives 0). Values live
+// in f32 here, so the top is the largest f32 below 2^31.
+fn cast_i32(x: f32) -> f32 {
+    if (is_nan(x)) { return 0.0; }
+    return clamp(trunc(x), -2147483648.0, 2147483520.0);
+}
+"
+            }
             Helper::RoundI64 => {
                 "fn round_i64(x: f32) -> f32 {
     if (is_nan(x)) { return 0.0; }
@@ -229,6 +239,17 @@ fn pcg(v: u32) -> u32 {
 "
             }
         }
+    }
+}
+
+/// `x` of `from` cast to `to` (before `round` to `to`): a float cast to i32 saturates, where
+/// storing an i32 result wraps as integer arithmetic does.
+pub(crate) fn cast(sh: &mut Shader, from: DType, to: DType, x: &str) -> String {
+    if to == DType::I32 && from.is_float() {
+        sh.need(Helper::CastI32);
+        format!("cast_i32({x})")
+    } else {
+        x.to_string()
     }
 }
 

@@ -293,6 +293,16 @@ fn lower_unchecked(p: &Program, name: &str, limits: &Limits) -> Result<WgslProgr
             provenance: k.provenance.clone(),
             message,
         };
+        // WGSL indexes with u32: a larger tensor would print literals naga and Tint reject.
+        for o in operands.iter().chain([&result]) {
+            let n = o.shape.iter().try_fold(1u64, |n, d| n.checked_mul(d.as_static().unwrap_or(1) as u64));
+            if n.is_none_or(|n| n > u64::from(u32::MAX)) {
+                return Err(unsupported(format!(
+                    "a tensor of shape {:?} has more than 2^32 - 1 elements, the most WGSL's u32 indices reach",
+                    o.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>()
+                )));
+            }
+        }
         let g = generate(&ctx, &head, &k.op, &operands, &result).map_err(unsupported)?;
         // One binding per operand, or one per range of a split one, in the order the shader
         // declares them (operands, then `out`, then the status word).

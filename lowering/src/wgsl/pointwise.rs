@@ -72,12 +72,16 @@ pub(crate) fn pointwise(
             format!("select({y}, {x}, {c} != 0.0)")
         }
         Op::Cast { .. } | Op::BroadcastTo { .. } | Op::Reshape { .. } => {
-            if needs_index(operands) && !matches!(op, Op::Reshape { .. }) {
+            let v = if needs_index(operands) && !matches!(op, Op::Reshape { .. }) {
                 unravel_all(&mut sh);
                 at(&mut sh, 0)
             } else {
                 // A reshape keeps the row-major order: element i is element i.
                 sh.load("in0", "i")
+            };
+            match op {
+                Op::Cast { .. } => helpers::cast(&mut sh, operands[0].dtype, out.dtype, &v),
+                _ => v,
             }
         }
         Op::Gelu { approx } => {
@@ -104,7 +108,7 @@ pub(crate) fn pointwise(
                         (if b.is_comparison() { DType::Bool } else { d }, v)
                     }
                     ExprNode::Where(c, x, y) => (dtypes[*x], format!("select(t{y}, t{x}, t{c} != 0.0)")),
-                    ExprNode::Cast(to, x) => (*to, format!("t{x}")),
+                    ExprNode::Cast(to, x) => (*to, helpers::cast(&mut sh, dtypes[*x], *to, &format!("t{x}"))),
                 };
                 let v = helpers::round(&mut sh, dtype, &v);
                 sh.line(1, &format!("let t{n} = {v};"));

@@ -62,7 +62,8 @@ pub(crate) fn reduce(ctx: &Ctx, head: &Head, r: ReduceOp, axes: &[usize], x: &Op
     sh.line(1, "}");
     tree(&mut sh, 1, WG, "acc", combine, "total");
     let v = match r {
-        ReduceOp::Mean => format!("total / f32({count})"),
+        // The mean of nothing is NaN (0 / 0 is not reliably NaN on GPUs).
+        ReduceOp::Mean => format!("select(total / f32({count}), nan(), {count} == 0u)"),
         _ => "total".into(),
     };
     let v = helpers::round(&mut sh, out.dtype, &v);

@@ -53,7 +53,7 @@ pub fn save(dir: &Path, program: &WgslProgram, params: &HashMap<String, HostTens
             }
             _ => continue,
         };
-        let mut bytes: Vec<u8> = words(buf.storage, &data).iter().flat_map(|w| w.to_le_bytes()).collect();
+        let mut bytes: Vec<u8> = words(buf.storage, &data, &name)?.iter().flat_map(|w| w.to_le_bytes()).collect();
         // Bytes are stored unpadded (a U8 tensor); the last word's padding is not data.
         if buf.storage == Storage::Bytes {
             bytes.truncate(data.len());
@@ -128,13 +128,13 @@ pub fn save_tensors(path: &Path, tensors: &[(String, HostTensor)]) -> Result<(),
         .map(|(name, t)| {
             let storage = Storage::of(t.dtype);
             let data = t.to_vec();
-            let mut bytes: Vec<u8> = words(storage, &data).iter().flat_map(|w| w.to_le_bytes()).collect();
+            let mut bytes: Vec<u8> = words(storage, &data, name)?.iter().flat_map(|w| w.to_le_bytes()).collect();
             if storage == Storage::Bytes {
                 bytes.truncate(data.len());
             }
-            (name.clone(), storage, t.shape().to_vec(), bytes)
+            Ok((name.clone(), storage, t.shape().to_vec(), bytes))
         })
-        .collect();
+        .collect::<Result<_, WgpuError>>()?;
     let views: Vec<(String, TensorView)> = stored
         .iter()
         .map(|(n, s, shape, bytes)| {

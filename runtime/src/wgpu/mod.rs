@@ -65,6 +65,14 @@ pub enum WgpuError {
         /// What happened.
         message: String,
     },
+    /// A value the device's storage cannot hold (integers are i32 words on WebGPU).
+    #[error("{name}: {message}")]
+    Value {
+        /// The input, parameter or constant.
+        name: String,
+        /// Which value, and why.
+        message: String,
+    },
     /// Reading or writing a program on disk.
     #[error("{path}: {message}")]
     Disk {
@@ -194,7 +202,7 @@ impl WgpuProgram {
                         params.get(name).ok_or_else(|| EvalError::MissingFeed { kind: "param", name: name.clone() })?;
                     let ty = rustral_ir::TensorType::new(buf.dtype, buf.shape.clone());
                     crate::feeds::check(name, &ty, value.dtype, value.shape(), &mut BTreeMap::new())?;
-                    (words(buf.storage, &value.to_vec()), value.shape().to_vec())
+                    (words(buf.storage, &value.to_vec(), name)?, value.shape().to_vec())
                 }
                 Role::Constant { .. } => {
                     let data = self.program.constants.get(&b).ok_or_else(|| WgpuError::Disk {
@@ -202,7 +210,7 @@ impl WgpuProgram {
                         message: "a dense constant without its data".into(),
                     })?;
                     let shape = buf.shape.iter().map(|d| d.as_static().unwrap_or(0)).collect();
-                    (words(buf.storage, data), shape)
+                    (words(buf.storage, data, &format!("constant buffer {b}"))?, shape)
                 }
                 _ => continue,
             };
@@ -274,7 +282,7 @@ impl WgpuProgram {
     /// take as a resident input: a KV cache that stays on the device between runs.
     pub fn resident(&self, t: &HostTensor) -> Result<DeviceTensor, WgpuError> {
         let storage = Storage::of(t.dtype);
-        let data = words(storage, &t.to_vec());
+        let data = words(storage, &t.to_vec(), "a resident input")?;
         self.gpu.check_size("a resident input", data.len() as u64 * 4)?;
         let buffer = std::sync::Arc::new(self.gpu.upload(&data));
         Ok(DeviceTensor { buffer, shape: t.shape().to_vec(), dtype: t.dtype })
@@ -337,7 +345,7 @@ impl WgpuProgram {
             if let Role::Input { name } = &buf.role
                 && !resident.contains_key(name)
             {
-                let data = words(buf.storage, &inputs[name].to_vec());
+                let data = words(buf.storage, &inputs[name].to_vec(), name)?;
                 self.gpu.queue.write_buffer(&bound.buffers[b], 0, bytemuck::cast_slice(&data));
             }
         }
@@ -619,9 +627,18 @@ fn concrete_dim(d: &rustral_ir::Dim, binding: &BTreeMap<String, usize>) -> usize
     }
 }
 
-/// Host values as storage words (ints as i32 bits, bools as 0/1, bytes four to a word).
-fn words(storage: Storage, values: &[f64]) -> Vec<u32> {
-    match storage {
+/// Host values of `name` as storage words (ints as i32 bits, bools as 0/1, bytes four to a
+/// word). An integer beyond i32 is an error: wrapped, index 2^32 + 1 would read row 1.
+fn words(storage: Storage, values: &[f64], name: &str) -> Result<Vec<u32>, WgpuError> {
+    if storage == Storage::I32
+        && let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !(-2147483648.0..=2147483647.0).contains(*v))
+    {
+        return Err(WgpuError::Value {
+            name: name.to_string(),
+            message: format!("value {i} is {v}, beyond i32, the integers WebGPU storage holds"),
+        });
+    }
+    Ok(match storage {
         Storage::F32 => values.iter().map(|&v| (v as f32).to_bits()).collect(),
         Storage::I32 => values.iter().map(|&v| (v as i64 as i32) as u32).collect(),
         Storage::U32 => values.iter().map(|&v| u32::from(v != 0.0)).collect(),
@@ -629,7 +646,7 @@ fn words(storage: Storage, values: &[f64]) -> Vec<u32> {
             .chunks(4)
             .map(|c| c.iter().enumerate().fold(0u32, |w, (j, &v)| w | (u32::from(v as u8) << (8 * j))))
             .collect(),
-    }
+    })
 }
 
 /// The first `elements` values held by storage words.

@@ -63,6 +63,12 @@ pub struct Args {
     #[arg(long)]
     pub threads: Option<usize>,
 
+    /// Memory this run may use (e.g. 8G, 512M, or bytes): parameters, inputs and the memory
+    /// plan's peak are checked against it before anything is allocated. Default: the
+    /// machine's available memory (MemAvailable).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
+    pub max_memory: Option<u64>,
+
     /// What to write (repeatable or a comma list). Without -o, a single textual emit goes to
     /// stdout.
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -196,4 +202,28 @@ fn parse_pin(s: &str) -> Result<(String, usize), String> {
 fn parse_feed(s: &str) -> Result<(String, PathBuf), String> {
     let (name, file) = s.split_once('=').ok_or_else(|| format!("expected NAME=FILE, found {s:?}"))?;
     Ok((name.to_string(), PathBuf::from(file)))
+}
+
+/// `SIZE` of --max-memory: bytes, or a number with K, M, G or T (powers of 1024, an optional
+/// trailing B or iB).
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches("iB").trim_end_matches('B');
+    let (number, unit) = match t.find(|c: char| c.is_ascii_alphabetic()) {
+        Some(i) => t.split_at(i),
+        None => (t, ""),
+    };
+    let scale: u64 = match unit.to_ascii_uppercase().as_str() {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(format!("{s:?}: give bytes or a number with K, M, G or T")),
+    };
+    let n: f64 = number.trim().parse().map_err(|_| format!("{s:?}: give bytes or a number with K, M, G or T"))?;
+    let bytes = n * scale as f64;
+    if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
+        return Err(format!("{s:?}: give a size of at least one byte"));
+    }
+    Ok(bytes as u64)
 }

@@ -46,6 +46,8 @@ impl From<rustral::Error> for Fail {
         let message = e.to_string();
         match &e {
             E::Passes(PassError::BrokenByPass { .. }) | E::Lower(_) => Fail::Internal(message),
+            #[cfg(feature = "wgsl")]
+            E::Wgsl(rustral::lowering::wgsl::WgslError::Invalid { .. }) => Fail::Internal(message),
             _ if message.contains("internal error") => Fail::Internal(message),
             _ => Fail::User(message),
         }

@@ -5,6 +5,7 @@ mod args;
 mod emit;
 mod fail;
 mod load;
+mod memory;
 mod model_file;
 mod run;
 
@@ -119,6 +120,10 @@ fn compile(args: &Args) -> Result<(), Fail> {
         start.elapsed().as_secs_f64()
     ));
 
+    let budget = memory::Budget::new(args.max_memory);
+    let param_bytes = parameter_bytes(&traced.params);
+    memory::Budget::check(budget.as_ref(), &format!("the {} parameters", traced.params.len()), param_bytes)?;
+
     let start = Instant::now();
     let mut session = Session::compile(&traced.graph, target, &options)?;
     say(format!(
@@ -152,7 +157,8 @@ fn compile(args: &Args) -> Result<(), Fail> {
 
     let mut run_stats = None;
     if args.run || args.check || args.save_outputs.is_some() {
-        run_stats = Some(execute(args, traced, &loaded.traced.graph, &session, &store, to_stdout)?);
+        let memory = (budget.as_ref(), param_bytes.unwrap_or(u64::MAX));
+        run_stats = Some(execute(args, traced, &loaded.traced.graph, &session, &store, to_stdout, memory)?);
     }
     if emits.contains(&Emit::Stats) {
         emit::stats(&out, &session, args, run_stats.as_ref())?;
@@ -181,6 +187,7 @@ fn execute(
     session: &Session,
     store: &ParamStore,
     to_stdout: bool,
+    (budget, param_bytes): (Option<&memory::Budget>, u64),
 ) -> Result<RunStats, Fail> {
     // The report goes to stdout unless an emit already does.
     let report = |line: String| {
@@ -190,7 +197,8 @@ fn execute(
             println!("{line}");
         }
     };
-    let (feeds, binding) = run::inputs(&traced.graph, args)?;
+    let (feeds, binding) = run::inputs(&traced.graph, args, budget)?;
+    run_memory(session, forward, &binding, args.check, param_bytes, &feeds, budget)?;
     let refs: Vec<(&str, rustral::runtime::HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let (outputs, times) = session.run_timed(&refs, args.repeat as usize)?;
     let mut times_ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
@@ -268,6 +276,46 @@ fn execute(
         }
     }
     Ok(stats)
+}
+
+/// Bytes the parameters take here (host values and the target's copy); None past 2^64.
+fn parameter_bytes(params: &[rustral::frontend::ParamSpec]) -> Option<u64> {
+    params.iter().try_fold(0u64, |sum, p| {
+        let n = p.shape.iter().try_fold(memory::held(p.dtype), |n, &d| n.checked_mul(d as u64))?;
+        sum.checked_add(n)
+    })
+}
+
+/// The run's memory under its binding, checked before the run allocates it: parameters,
+/// inputs, the memory plan's peak (at least the largest value of the compiled graph) and,
+/// with --check, the reference interpreter's f64 values of the unoptimised graph.
+fn run_memory(
+    session: &Session,
+    forward: &rustral::ir::Graph,
+    binding: &std::collections::BTreeMap<String, usize>,
+    check: bool,
+    param_bytes: u64,
+    feeds: &run::Feeds,
+    budget: Option<&memory::Budget>,
+) -> Result<(), Fail> {
+    // Bytes of every value of `g`, each element `per` bytes (its dtype's size when None).
+    let bytes = |g: &rustral::ir::Graph, per: Option<u64>| -> Vec<Option<u64>> {
+        g.node_ids()
+            .filter_map(|id| g.node(id))
+            .map(|n| memory::tensor_bytes(&n.ty.shape, binding, per.unwrap_or(n.ty.dtype.size_bytes() as u64)))
+            .collect()
+    };
+    let largest = bytes(session.graph(), None).into_iter().try_fold(0u64, |m, b| Some(m.max(b?)));
+    let planned = session.program().map(|p| p.plan.report(&p.buffers, binding).planned_peak_bytes as u64);
+    let inputs: u64 = feeds.iter().map(|(_, t)| t.data.len() as u64 * memory::held(t.dtype)).sum();
+    let reference =
+        if check { bytes(forward, Some(8)).into_iter().try_fold(0u64, |s, b| s.checked_add(b?)) } else { Some(0) };
+    let need = [largest.map(|l| l.max(planned.unwrap_or(0))), reference, Some(inputs), Some(param_bytes)]
+        .into_iter()
+        .try_fold(0u64, |s, b| s.checked_add(b?));
+    let dims: Vec<String> = binding.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let what = format!("running with {}", if dims.is_empty() { "these inputs".to_string() } else { dims.join(", ") });
+    memory::Budget::check(budget, &what, need)
 }
 
 /// The session target for a name, or which cargo feature would build it.
