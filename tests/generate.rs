@@ -9,6 +9,8 @@ use rustral::generate::{CausalLm, GenerationConfig, Generator, GeneratorOptions,
 use rustral::{CompileOptions, Target};
 use std::path::PathBuf;
 
+mod common;
+
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures")
 }
@@ -219,18 +221,10 @@ fn a_template_feature_minijinja_lacks_is_a_clear_error() {
     assert!(err.contains("chat_template"), "{err}");
 }
 
-/// A 1-D `<i8` (int64) .npy file, written by hand as numpy lays it out.
+/// A 1-D `<i8` (int64) .npy file.
 fn write_npy(path: &std::path::Path, ids: &[i64]) {
-    let mut header = format!("{{'descr': '<i8', 'fortran_order': False, 'shape': ({},), }}", ids.len());
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    ids.iter().for_each(|v| bytes.extend(v.to_le_bytes()));
-    std::fs::write(path, bytes).unwrap();
+    let data: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+    std::fs::write(path, common::npy_bytes("<i8", &[ids.len() as u64], &data)).unwrap();
 }
 
 fn cli(args: &[&str]) -> assert_cmd::assert::Assert {

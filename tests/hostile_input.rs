@@ -161,17 +161,7 @@ fn configs_outside_what_the_model_computes_are_errors() {
 
 /// A .npy file as numpy writes it (format 1.0): `descr`, `shape`, then `data` less `cut` bytes.
 fn npy(dir: &tempfile::TempDir, name: &str, descr: &str, shape: &[u64], data: &[u8], cut: usize) -> String {
-    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
-    let comma = if shape.len() == 1 { "," } else { "" };
-    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}{comma}), }}", dims.join(", "));
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend((header.len() as u16).to_le_bytes());
-    bytes.extend(header.as_bytes());
-    bytes.extend(data);
+    let mut bytes = common::npy_bytes(descr, shape, data);
     bytes.truncate(bytes.len() - cut);
     let path = dir.path().join(name);
     std::fs::write(&path, bytes).unwrap();
@@ -365,4 +355,42 @@ fn attention_over_no_keys_answers_as_the_reference_does() {
         let out = stdout(cli().args([rir.as_str(), "--target", target, "--check", "-q"]));
         assert!(out.contains("check passed"), "{target}: {out}");
     }
+}
+
+/// A model file as users write one, with `body` before it returns `x`.
+fn model_file(dir: &tempfile::TempDir, name: &str, body: &str) -> String {
+    write(
+        dir,
+        name,
+        &format!(
+            "use rustral::prelude::*;\n\
+             pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {{\n\
+             \x20   let x = ctx.input(\"x\", &[Dim::fixed(4)], DType::F32)?;\n\
+             \x20   {body}\n\
+             \x20   Ok(vec![x.relu()?])\n\
+             }}\n"
+        ),
+    )
+}
+
+/// A model file's own prints do not break the trace; a trace that never ends or allocates
+/// without bound is stopped with a clear error.
+#[test]
+fn model_file_traces_are_bounded_and_may_print() {
+    let dir = tempfile::tempdir().unwrap();
+    let chatty = model_file(&dir, "chatty.rs", "println!(\"hello from the model\");");
+    let out = cli().args([chatty.as_str(), "--check"]).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("check passed") && stderr.contains("chatty.rs printed: hello from the model"), "{stderr}");
+    let endless = model_file(&dir, "endless.rs", "loop { std::hint::black_box(0); }");
+    user_error(
+        cli().args([endless.as_str(), "--trace-timeout", "3", "-q"]),
+        &["endless.rs: tracing did not finish within 3 s"],
+    );
+    let greedy = model_file(&dir, "greedy.rs", "let v = vec![1u8; 64 << 30]; std::hint::black_box(&v);");
+    user_error(
+        cli().args([greedy.as_str(), "--max-memory", "2G", "-q"]),
+        &["greedy.rs: tracing ran out of memory within 2.0 GiB"],
+    );
 }

@@ -265,3 +265,20 @@ pub fn web_dump(
     rustral::runtime::wgpu::save_tensors(&dir.join("check/inputs.safetensors"), feeds).unwrap();
     rustral::runtime::wgpu::save_tensors(&dir.join("check/expected.safetensors"), &expected).unwrap();
 }
+
+/// A .npy file's bytes as numpy writes them (format 1.0): `descr` (`<f4`, `<i8`, ...), `shape`,
+/// then `data`, the elements' little-endian bytes.
+pub fn npy_bytes(descr: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    let comma = if shape.len() == 1 { "," } else { "" };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({}{comma}), }}", dims.join(", "));
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend((header.len() as u16).to_le_bytes());
+    bytes.extend(header.as_bytes());
+    bytes.extend(data);
+    bytes
+}

@@ -69,6 +69,10 @@ pub struct Args {
     #[arg(long, value_name = "SIZE", value_parser = parse_bytes)]
     pub max_memory: Option<u64>,
 
+    /// Seconds a model file's trace may take (its build is not counted).
+    #[arg(long, value_name = "SECS", default_value_t = 600, value_parser = clap::value_parser!(u64).range(1..))]
+    pub trace_timeout: u64,
+
     /// What to write (repeatable or a comma list). Without -o, a single textual emit goes to
     /// stdout.
     #[arg(long, value_enum, value_delimiter = ',')]

@@ -46,7 +46,11 @@ pub fn load(args: &Args) -> Result<Loaded, Fail> {
     }
     let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("");
     let traced = match extension {
-        "rs" => model_file::trace(path, &args.shapes, args.quiet)?,
+        "rs" => {
+            let memory = crate::memory::Budget::new(args.max_memory).map(|b| b.bytes());
+            let bounds = model_file::Bounds { time: std::time::Duration::from_secs(args.trace_timeout), memory };
+            model_file::trace(path, &args.shapes, args.quiet, bounds)?
+        }
         "rir" | "ir" | "json" => {
             let text = std::fs::read_to_string(path).map_err(|e| Fail::user(format!("{label}: {e}")))?;
             let mut graph = if extension == "json" {

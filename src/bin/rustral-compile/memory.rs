@@ -31,6 +31,11 @@ impl Budget {
         Some(Budget { bytes: kib.saturating_mul(1024), source: "this machine's available memory".into() })
     }
 
+    /// The bytes.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
     /// An error when `need` bytes (None: more than can be counted) are beyond the budget.
     pub fn check(budget: Option<&Budget>, what: &str, need: Option<u64>) -> Result<(), Fail> {
         match (need, budget) {

@@ -1,17 +1,18 @@
 //! Rust model files: each is built in its own small cargo project under the user's cache
 //! directory, against this Rustral's sources without the compiler half (so the build compiles
 //! only the IR, the frontend and the models), offline, in one target directory shared by all
-//! model files. The built program traces the model and prints it as JSON; the trace then
-//! carries on in this process. A second build of an edited file recompiles only that file.
+//! model files. The built program traces the model, under a time and memory bound, and
+//! writes it as JSON; the trace then carries on in this process. A second build of an edited
+//! file recompiles only that file.
 
 use crate::fail::Fail;
 use rustral::frontend::Traced;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
 /// Build and run `file`'s model, pinning `pins`.
-pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool) -> Result<Traced, Fail> {
+pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool, bounds: Bounds) -> Result<Traced, Fail> {
     let label = file.display().to_string();
     let file = file.canonicalize().map_err(|e| Fail::user(format!("{label}: {e}")))?;
     let source = rustral_source()?;
@@ -52,18 +53,80 @@ pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool) -> Result<Trace
     }
 
     let binary = target.join("debug").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    let mut run = Command::new(&binary);
+    let out = project.join("trace.json");
+    let _ = std::fs::remove_file(&out);
+    let mut run = bounded(&binary, bounds.memory);
+    run.arg("--trace-out").arg(&out);
     for (dim, size) in pins {
         run.arg("--shape").arg(format!("{dim}={size}"));
     }
-    let out =
-        run.output().map_err(|e| Fail::Internal(format!("cannot run the built model {}: {e}", binary.display())))?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
+    // The model's own prints go to files and then to stderr: stdout is the report's.
+    let (printed, errors) = (project.join("stdout.txt"), project.join("stderr.txt"));
+    let file = |p: &Path| std::fs::File::create(p).map_err(|e| io_fail(p, e));
+    run.stdout(file(&printed)?).stderr(file(&errors)?);
+    let mut child =
+        run.spawn().map_err(|e| Fail::Internal(format!("cannot run the built model {}: {e}", binary.display())))?;
+    let status = wait(&mut child, bounds.time).map_err(|e| io_fail(&binary, e))?;
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let printed = read(&printed);
+    if !printed.is_empty() && !quiet {
+        eprint!("{label} printed: {printed}");
+    }
+    let stderr = read(&errors);
+    let Some(status) = status else {
+        return Err(Fail::user(format!(
+            "{label}: tracing did not finish within {} s (a model whose trace never ends? --trace-timeout SECS allows more)",
+            bounds.time.as_secs()
+        )));
+    };
+    if stderr.contains("memory allocation of") {
+        return Err(Fail::user(format!(
+            "{label}: tracing ran out of memory within {} (--max-memory SIZE allows more): {}",
+            crate::memory::human(bounds.memory.unwrap_or(0)),
+            stderr.trim_end()
+        )));
+    }
+    if !status.success() {
         return Err(Fail::user(format!("{label}: tracing failed: {}", stderr.trim_end())));
     }
-    let json = String::from_utf8(out.stdout).map_err(|e| Fail::Internal(format!("trace of {label}: {e}")))?;
+    let json = std::fs::read_to_string(&out).map_err(|e| Fail::Internal(format!("trace of {label}: {e}")))?;
     Traced::from_json(&json).map_err(|e| Fail::Internal(format!("trace of {label} does not read back: {e}")))
+}
+
+/// How long and how much memory a model file's trace may take.
+pub struct Bounds {
+    pub time: Duration,
+    pub memory: Option<u64>,
+}
+
+/// `binary`, run with its address space limited to `memory` bytes where the shell can
+/// (`ulimit -v`), so a runaway allocation is an allocation error, not the machine's memory.
+fn bounded(binary: &Path, memory: Option<u64>) -> Command {
+    match memory {
+        Some(bytes) if cfg!(unix) => {
+            let mut c = Command::new("sh");
+            c.args(["-c", "ulimit -v \"$1\" && shift && exec \"$@\"", "sh"]).arg((bytes / 1024).max(1).to_string());
+            c.arg(binary);
+            c
+        }
+        _ => Command::new(binary),
+    }
+}
+
+/// Wait for `child` at most `limit`: None (and the child killed) past it.
+fn wait(child: &mut Child, limit: Duration) -> std::io::Result<Option<ExitStatus>> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(Some(status));
+        }
+        if start.elapsed() > limit {
+            child.kill()?;
+            child.wait()?;
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(20).min(limit / 10 + Duration::from_millis(1)));
+    }
 }
 
 /// Where this Rustral's sources are: `RUSTRAL_SOURCE`, else where it was built from (which
