@@ -101,12 +101,14 @@ fn a_reused_program_folder_holds_only_the_new_program() {
             .count()
     };
     let before = shaders(dir.path());
+    std::fs::write(dir.path().join("wgsl/mine.wgsl"), "// the user's").unwrap();
     stdout(cli().args(["examples/ir/gelu_mlp.rir", "--target", "wgsl", "-o", d, "-q"]));
+    assert!(dir.path().join("wgsl/mine.wgsl").is_file(), "a file that is not a kernel's stays");
     let program: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("wgsl/program.json")).unwrap()).unwrap();
     let kernels = program["kernels"].as_array().unwrap().len();
     assert!(before > kernels, "the first program is the larger ({before} shaders vs {kernels})");
-    assert_eq!(shaders(dir.path()), kernels, "one shader per kernel of the new program");
+    assert_eq!(shaders(dir.path()), kernels + 1, "one shader per kernel of the new program, and the user's");
 }
 
 /// `fixture` (a config.json under fixtures/) with `changes` applied, written into `dir`.
@@ -182,7 +184,18 @@ fn npy_inputs_are_checked_before_they_are_read() {
     let x = f32s(&[0.5; 96]);
     let mlp = "examples/ir/gelu_mlp.rir";
     let good = npy(&dir, "good.npy", "<f4", &[2, 3, 16], &x, 0);
-    assert!(stdout(cli().args([mlp, "--input", &format!("x={good}"), "--check", "-q"])).contains("check passed"));
+    let summary = |path: &str| {
+        let out = stdout(cli().args([mlp, "--input", &format!("x={path}"), "--check", "-q"]));
+        assert!(out.contains("check passed"), "{out}");
+        out.lines().find(|l| l.starts_with("y:")).unwrap().to_string()
+    };
+    // numpy's other layouts read as the same values: big-endian data.
+    let values: Vec<f32> = (0..96).map(|i| i as f32 / 7.0).collect();
+    let little = npy(&dir, "little.npy", "<f4", &[2, 3, 16], &f32s(&values), 0);
+    let big: Vec<u8> = values.iter().flat_map(|v| v.to_be_bytes()).collect();
+    let big = npy(&dir, "big-endian.npy", ">f4", &[2, 3, 16], &big, 0);
+    assert_eq!(summary(&little), summary(&big));
+    summary(&good);
     let cases = [
         (
             npy(&dir, "cut.npy", "<f4", &[2, 3, 16], &x, 8),

@@ -29,13 +29,13 @@ pub fn save(dir: &Path, program: &WgslProgram, params: &HashMap<String, HostTens
         let path = dir.join(format!("{}.wgsl", k.name));
         std::fs::write(&path, &k.source).map_err(|e| io(&path, e))?;
     }
-    // A folder written before by another program keeps no shader of that one: the folder is
-    // exactly this program (other files are the user's and stay).
+    // A folder written before by another program keeps no shader of that one: kernel files
+    // (`k000_op.wgsl`) not in this program go; other files are the user's and stay.
     let ours: std::collections::BTreeSet<String> = program.kernels.iter().map(|k| format!("{}.wgsl", k.name)).collect();
     for entry in std::fs::read_dir(dir).map_err(|e| io(dir, e))? {
         let path = entry.map_err(|e| io(dir, e))?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
-        if name.ends_with(".wgsl") && !ours.contains(&name) {
+        if is_kernel_file(&name) && !ours.contains(&name) {
             std::fs::remove_file(&path).map_err(|e| io(&path, e))?;
         }
     }
@@ -154,5 +154,23 @@ fn dtype(s: Storage) -> Dtype {
         Storage::I32 => Dtype::I32,
         Storage::U32 => Dtype::U32,
         Storage::Bytes => Dtype::U8,
+    }
+}
+
+/// A kernel's shader file name as lowering names them: `k`, three or more digits, `_`, `.wgsl`.
+fn is_kernel_file(name: &str) -> bool {
+    let Some(stem) = name.strip_suffix(".wgsl").and_then(|n| n.strip_prefix('k')) else { return false };
+    let digits = stem.chars().take_while(char::is_ascii_digit).count();
+    digits >= 3 && stem[digits..].starts_with('_')
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_kernel_shaders_are_taken_for_stale() {
+        assert!(super::is_kernel_file("k000_matmul.wgsl") && super::is_kernel_file("k1234_add.wgsl"));
+        for mine in ["my.wgsl", "k00_x.wgsl", "kernel.wgsl", "k000_matmul.txt", "k000.wgsl"] {
+            assert!(!super::is_kernel_file(mine), "{mine}");
+        }
     }
 }

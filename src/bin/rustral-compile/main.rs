@@ -198,7 +198,8 @@ fn execute(
         }
     };
     let (feeds, binding) = run::inputs(&traced.graph, args, budget)?;
-    run_memory(session, forward, &binding, args.check, param_bytes, &feeds, budget)?;
+    // --check evaluates the graph this run compiled (with --grad, the training graph).
+    run_memory(session, &traced.graph, &binding, args.check, param_bytes, &feeds, budget)?;
     let refs: Vec<(&str, rustral::runtime::HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let (outputs, times) = session.run_timed(&refs, args.repeat as usize)?;
     let mut times_ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();

@@ -53,21 +53,26 @@ pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool, bounds: Bounds)
     }
 
     let binary = target.join("debug").join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
-    let out = project.join("trace.json");
-    let _ = std::fs::remove_file(&out);
+    // Files of this process's trace: two runs may trace the same model file at once.
+    let id = std::process::id();
+    let out = project.join(format!("trace-{id}.json"));
     let mut run = bounded(&binary, bounds.memory);
     run.arg("--trace-out").arg(&out);
     for (dim, size) in pins {
         run.arg("--shape").arg(format!("{dim}={size}"));
     }
     // The model's own prints go to files and then to stderr: stdout is the report's.
-    let (printed, errors) = (project.join("stdout.txt"), project.join("stderr.txt"));
+    let (printed, errors) = (project.join(format!("stdout-{id}.txt")), project.join(format!("stderr-{id}.txt")));
     let file = |p: &Path| std::fs::File::create(p).map_err(|e| io_fail(p, e));
     run.stdout(file(&printed)?).stderr(file(&errors)?);
     let mut child =
         run.spawn().map_err(|e| Fail::Internal(format!("cannot run the built model {}: {e}", binary.display())))?;
     let status = wait(&mut child, bounds.time).map_err(|e| io_fail(&binary, e))?;
-    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    let read = |p: &Path| {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        let _ = std::fs::remove_file(p);
+        text
+    };
     let printed = read(&printed);
     if !printed.is_empty() && !quiet {
         eprint!("{label} printed: {printed}");
@@ -89,7 +94,9 @@ pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool, bounds: Bounds)
     if !status.success() {
         return Err(Fail::user(format!("{label}: tracing failed: {}", stderr.trim_end())));
     }
-    let json = std::fs::read_to_string(&out).map_err(|e| Fail::Internal(format!("trace of {label}: {e}")))?;
+    let json = std::fs::read_to_string(&out).map_err(|e| Fail::Internal(format!("trace of {label}: {e}")));
+    let _ = std::fs::remove_file(&out);
+    let json = json?;
     Traced::from_json(&json).map_err(|e| Fail::Internal(format!("trace of {label} does not read back: {e}")))
 }
 

@@ -105,13 +105,14 @@ fn read_npy(file: &Path, dtype: DType, budget: Option<&Budget>) -> Result<HostTe
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => "float32 or float64",
         _ => "int32 or int64",
     };
-    let kind = header.descr.trim_start_matches(['<', '|', '=']);
+    // Byte order aside (ndarray-npy swaps big-endian data), the kind and width.
+    let kind = header.descr.trim_start_matches(['<', '>', '|', '=']);
     let fits = match dtype {
         DType::F32 | DType::F16 | DType::BF16 | DType::F64 => kind == "f4" || kind == "f8",
         _ => kind == "i4" || kind == "i8",
     };
-    if !fits || header.descr.starts_with('>') {
-        return Err(fail(format!("holds {} values; the input is {dtype}: give {wanted}, little-endian", header.descr)));
+    if !fits {
+        return Err(fail(format!("holds {} values; the input is {dtype}: give {wanted}", header.descr)));
     }
     let open = || std::fs::File::open(file).map_err(|e| fail(e.to_string()));
     let values: ArrayD<f64> = match kind {
@@ -156,8 +157,12 @@ fn npy_header(file: &Path) -> Result<NpyHeader, String> {
         v => return Err(format!(".npy format version {v} is not one of 1, 2, 3")),
     };
     let data_at = 8 + size_bytes + header_len;
-    if data_at > len || header_len > 1 << 16 {
+    if data_at > len {
         return Err(format!("truncated: the header claims {header_len} bytes, the file holds {len}"));
+    }
+    // Format 2.0 exists for headers past 64 KiB; numpy's own are far below this.
+    if header_len > 1 << 24 {
+        return Err(format!("a header of {header_len} bytes, more than a .npy header needs (16 MiB)"));
     }
     let mut text = vec![0u8; header_len as usize];
     let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
@@ -191,9 +196,8 @@ fn parse_npy_dict(text: &str) -> Option<NpyHeader> {
     let descr = after("'descr'")?;
     let quote = descr.chars().next().filter(|q| *q == '\'' || *q == '"')?;
     let descr = descr[1..].split(quote).next()?.to_string();
-    if after("'fortran_order'")?.starts_with("True") {
-        return None;
-    }
+    // Fortran order is read as it is (ndarray-npy lays it out; values come out row-major).
+    after("'fortran_order'")?;
     let shape = after("'shape'")?.strip_prefix('(')?;
     let shape: Vec<u64> = shape[..shape.find(')')?]
         .split(',')
@@ -300,7 +304,7 @@ mod tests {
         assert_eq!(h, NpyHeader { descr: "<f4".into(), shape: vec![2, 3], item: 4 });
         assert_eq!(parse_npy_dict("{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }").unwrap().shape, [5]);
         assert_eq!(parse_npy_dict("{'descr': '<f8', 'fortran_order': False, 'shape': (), }").unwrap().shape, [0u64; 0]);
-        assert!(parse_npy_dict("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }").is_none());
+        assert_eq!(parse_npy_dict("{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }").unwrap().shape, [2, 3]);
         assert!(parse_npy_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }").is_none());
     }
 
