@@ -630,17 +630,17 @@ fn concrete_dim(d: &rustral_ir::Dim, binding: &BTreeMap<String, usize>) -> usize
 /// Host values of `name` as storage words (ints as i32 bits, bools as 0/1, bytes four to a
 /// word). An integer beyond i32 is an error: wrapped, index 2^32 + 1 would read row 1.
 fn words(storage: Storage, values: &[f64], name: &str) -> Result<Vec<u32>, WgpuError> {
-    if storage == Storage::I32
-        && let Some((i, v)) = values.iter().enumerate().find(|(_, v)| !(-2147483648.0..=2147483647.0).contains(*v))
-    {
-        return Err(WgpuError::Value {
-            name: name.to_string(),
-            message: format!("value {i} is {v}, beyond i32, the integers WebGPU storage holds"),
-        });
-    }
+    let int = |(i, &v): (usize, &f64)| {
+        if (-2147483648.0..=2147483647.0).contains(&v) {
+            Ok(v as i32 as u32)
+        } else {
+            let message = format!("value {i} is {v}, beyond i32, the integers WebGPU storage holds");
+            Err(WgpuError::Value { name: name.to_string(), message })
+        }
+    };
     Ok(match storage {
         Storage::F32 => values.iter().map(|&v| (v as f32).to_bits()).collect(),
-        Storage::I32 => values.iter().map(|&v| (v as i64 as i32) as u32).collect(),
+        Storage::I32 => values.iter().enumerate().map(int).collect::<Result<_, _>>()?,
         Storage::U32 => values.iter().map(|&v| u32::from(v != 0.0)).collect(),
         Storage::Bytes => values
             .chunks(4)

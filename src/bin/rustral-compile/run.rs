@@ -143,7 +143,7 @@ struct NpyHeader {
 /// The header of a .npy file, checked against the file's length before anything is read, so
 /// that a header claiming 2^40 elements is an error, not an allocation.
 fn npy_header(file: &Path) -> Result<NpyHeader, String> {
-    use std::io::Read;
+    use std::io::{Read, Seek};
     let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
     let len = f.metadata().map_err(|e| e.to_string())?.len();
     let mut head = [0u8; 12];
@@ -165,8 +165,7 @@ fn npy_header(file: &Path) -> Result<NpyHeader, String> {
         return Err(format!("a header of {header_len} bytes, more than a .npy header needs (16 MiB)"));
     }
     let mut text = vec![0u8; header_len as usize];
-    let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
-    std::io::copy(&mut f.by_ref().take(8 + size_bytes), &mut std::io::sink()).map_err(|e| e.to_string())?;
+    f.seek(std::io::SeekFrom::Start(8 + size_bytes)).map_err(|e| e.to_string())?;
     f.read_exact(&mut text).map_err(|e| e.to_string())?;
     let text = String::from_utf8_lossy(&text);
     let header = parse_npy_dict(&text).ok_or_else(|| format!("a .npy header that cannot be read: {}", text.trim()))?;
