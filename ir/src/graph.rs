@@ -268,6 +268,26 @@ impl Graph {
         Some(node)
     }
 
+    /// Remove many nodes (a dead set: none of their users stays). Their edges go first, the
+    /// newest node's first, so that each edge sits near the front of its operand's use list
+    /// and unlinking it is quick (one node at a time, oldest first, walks a value's whole use
+    /// list for each edge: quadratic in a value with thousands of users); then the nodes, in
+    /// the order given, which is the order their indices are reused in.
+    pub fn remove_nodes(&mut self, ids: &[NodeId]) {
+        let mut newest_first = ids.to_vec();
+        newest_first.sort_unstable_by(|a, b| b.cmp(a));
+        for id in newest_first {
+            let edges: Vec<petgraph::stable_graph::EdgeIndex> =
+                self.nodes.edges_directed(id.0, Direction::Incoming).map(|e| e.id()).collect();
+            for e in edges {
+                self.nodes.remove_edge(e);
+            }
+        }
+        for &id in ids {
+            self.remove(id);
+        }
+    }
+
     /// Make every user of `old` (and every output naming it) use `new` instead.
     pub fn replace_all_uses(&mut self, old: NodeId, new: NodeId) {
         let uses: Vec<(petgraph::stable_graph::EdgeIndex, NodeIndex, usize)> =

@@ -85,7 +85,9 @@ impl QuantFormat {
                 self.error(format!("{k} weights are not a whole number of {}-weight blocks", self.block_size()))
             );
         }
-        Ok(k / self.block_size() * self.block_bytes())
+        (k / self.block_size())
+            .checked_mul(self.block_bytes())
+            .ok_or_else(|| self.error(format!("a row of {k} weights has more bytes than memory can address")))
     }
 
     /// Weights in a row of `bytes` bytes; an error when `bytes` is not a whole number of blocks.
@@ -239,6 +241,8 @@ mod tests {
         assert!(QuantFormat::Q4K.row_bytes(576).is_err());
         assert!(QuantFormat::Q6K.row_weights(211).is_err());
         assert!(QuantFormat::Q4_0.row_bytes(0).is_err());
+        // Found by the gguf fuzz target: the byte count overflowed (and wrapped in release).
+        assert!(QuantFormat::Q8_0.row_bytes(usize::MAX / 32 * 32).is_err());
     }
 
     #[test]

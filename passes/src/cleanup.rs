@@ -28,9 +28,7 @@ impl Pass for Dce {
                 !live.contains(id) && !matches!(g.node(*id).map(|n| &n.op), Some(Op::Input { .. } | Op::Param { .. }))
             })
             .collect();
-        for id in &dead {
-            g.remove(*id);
-        }
+        g.remove_nodes(&dead);
         bump(stats, "dead-node", dead.len());
     }
 }

@@ -26,17 +26,50 @@ fn is_scalar_constant(g: &Graph, n: NodeId) -> bool {
     matches!(node.op, Op::Constant { value: Literal::Splat(_) }) && node.ty.rank() == 0
 }
 
-/// The distinct tensors a group reads from outside it.
-fn external(g: &Graph, set: &HashSet<NodeId>) -> usize {
-    let mut read = HashSet::new();
-    for &m in set {
-        for o in g.operands(m) {
-            if !set.contains(&o) && !is_scalar_constant(g, o) {
-                read.insert(o);
-            }
-        }
+/// The most ops one fused kernel computes. A longer chain is cut into several kernels: each
+/// costs one more pass over memory, against a body (a Cranelift function, a WGSL shader) whose
+/// compile time and register pressure grow with its length; cutting keeps compile time
+/// linear in the graph.
+pub const MAX_GROUP_OPS: usize = 256;
+
+/// A group being gathered: its members and the distinct tensors it reads from outside, kept
+/// up to date as members join, so growing a group costs what the new member reads.
+struct Group {
+    members: Vec<NodeId>,
+    set: HashSet<NodeId>,
+    /// Tensors read from outside the group (scalar constants excluded: they are literals).
+    external: HashSet<NodeId>,
+}
+
+impl Group {
+    fn new(g: &Graph, root: NodeId) -> Group {
+        let mut group = Group { members: vec![root], set: HashSet::from([root]), external: HashSet::new() };
+        group.external = group.reads(g, root).collect();
+        group
     }
-    read.len()
+
+    /// What `n` reads from outside the group.
+    fn reads<'a>(&'a self, g: &'a Graph, n: NodeId) -> impl Iterator<Item = NodeId> + 'a {
+        g.operands(n).into_iter().filter(move |o| !self.set.contains(o) && !is_scalar_constant(g, *o))
+    }
+
+    /// Add `o` (an operand of a member) unless the group would then read more than
+    /// `MAX_OPERANDS` tensors or compute more than `MAX_GROUP_OPS` ops.
+    fn try_add(&mut self, g: &Graph, o: NodeId) -> bool {
+        if self.members.len() >= MAX_GROUP_OPS || self.set.contains(&o) {
+            return false;
+        }
+        let new: HashSet<NodeId> = self.reads(g, o).filter(|r| *r != o && !self.external.contains(r)).collect();
+        let after = self.external.len() - usize::from(self.external.contains(&o)) + new.len();
+        if after > MAX_OPERANDS {
+            return false;
+        }
+        self.external.remove(&o);
+        self.external.extend(new);
+        self.set.insert(o);
+        self.members.push(o);
+        true
+    }
 }
 
 fn is_elementwise(op: &Op) -> bool {
@@ -50,6 +83,7 @@ impl Pass for FuseElementwise {
 
     fn run(&self, g: &mut Graph, stats: &mut PassStats) {
         let Ok(order) = g.topo_order() else { return };
+        let position: HashMap<NodeId, usize> = order.iter().enumerate().map(|(i, &n)| (n, i)).collect();
         let outputs: HashSet<NodeId> = g.outputs().iter().map(|o| o.node).collect();
         // Walk consumers last-to-first; each elementwise root gathers the producers it owns.
         let mut taken: HashSet<NodeId> = HashSet::new();
@@ -58,28 +92,27 @@ impl Pass for FuseElementwise {
             if taken.contains(&root) || !is_elementwise(&g.node(root).expect("exists").op) {
                 continue;
             }
-            let mut members = vec![root];
-            let mut set: HashSet<NodeId> = HashSet::from([root]);
+            let mut group = Group::new(g, root);
             let mut i = 0;
-            while i < members.len() {
-                for o in g.operands(members[i]) {
+            while i < group.members.len() {
+                for o in g.operands(group.members[i]) {
                     let n = g.node(o).expect("operand exists");
                     let owned = is_elementwise(&n.op)
                         && !outputs.contains(&o)
                         && !taken.contains(&o)
-                        && g.users(o).iter().all(|u| set.contains(u));
-                    if owned && set.insert(o) {
-                        if external(g, &set) > MAX_OPERANDS {
-                            set.remove(&o);
-                        } else {
-                            members.push(o);
-                        }
+                        && g.users(o).iter().all(|u| group.set.contains(u));
+                    if owned {
+                        group.try_add(g, o);
                     }
                 }
                 i += 1;
             }
+            let mut members = group.members;
             taken.extend(members.iter().copied());
             if members.len() >= 2 {
+                // Topological order, from the one order computed above (members of
+                // different groups are disjoint and stay in the graph until fused).
+                members.sort_by_key(|m| position[m]);
                 groups.push((root, members));
             }
         }
@@ -93,10 +126,8 @@ impl Pass for FuseElementwise {
     }
 }
 
-/// Build the fused node of a group (members in any order; `root` is its result).
+/// Build the fused node of a group (members in topological order; `root` is its result).
 fn fuse_group(g: &mut Graph, root: NodeId, members: &[NodeId]) -> Option<NodeId> {
-    let set: HashSet<NodeId> = members.iter().copied().collect();
-    let order: Vec<NodeId> = g.topo_order().ok()?.into_iter().filter(|n| set.contains(n)).collect();
     let mut body = Vec::new();
     let mut slot: HashMap<NodeId, usize> = HashMap::new();
     let mut args: Vec<NodeId> = Vec::new();
@@ -121,7 +152,7 @@ fn fuse_group(g: &mut Graph, root: NodeId, members: &[NodeId]) -> Option<NodeId>
         slot.insert(n, body.len() - 1);
         body.len() - 1
     };
-    for &m in &order {
+    for &m in members {
         let operands: Vec<usize> = g.operands(m).into_iter().map(|o| value_of(g, o, &mut body, &mut slot)).collect();
         let e = match (&g.node(m)?.op, operands.as_slice()) {
             (Op::Unary(u), [x]) => ExprNode::Unary(*u, *x),

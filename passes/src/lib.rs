@@ -13,6 +13,6 @@ mod pipeline;
 mod stats;
 
 pub use cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
-pub use elementwise::FuseElementwise;
+pub use elementwise::{FuseElementwise, MAX_GROUP_OPS, MAX_OPERANDS};
 pub use manager::{Compiled, OptLevel, Pass, PassError, PassManager};
 pub use stats::{CompileStats, EggStats, PassStats, count_fused};

@@ -55,6 +55,9 @@ pub struct EggStats {
     /// a region is left as it was (correct, only not fused), and this list says so.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub abandoned: Vec<String>,
+    /// Regions over `fuse::MAX_REGION_NODES`, each with the windows it was saturated in.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub split: Vec<String>,
 }
 
 /// Count the fused ops of each kind in `g` (every fused kind the op declarations list, zero

@@ -4,6 +4,10 @@
 //! pass's rule family runs under node, iteration and time limits; a cost model of memory
 //! traffic picks the cheapest equivalent program; the region's results are rebuilt from it.
 //! A limit that is hit is recorded and the best program found is used: never an error.
+//!
+//! A region larger than `MAX_REGION_NODES` (many layers in one module, a long unrolled
+//! loop) is saturated in windows of that many nodes, so that every window fits the e-graph's
+//! node limit and saturation cost stays linear in the region's size.
 
 mod analysis;
 mod extract;
@@ -37,6 +41,13 @@ impl Default for Limits {
         Limits { nodes: 20_000, iterations: 16, time: Duration::from_secs(2) }
     }
 }
+
+/// The most graph nodes one e-graph starts from. A larger region is cut, in topological
+/// order, into windows of this many nodes, and cut again offset by half a window once the
+/// first windows have fused: a pattern of at most half a window that the first cut split is
+/// whole in a second window. The e-graph of a window this size stays well under
+/// `Limits::default().nodes` with every family's rules.
+pub const MAX_REGION_NODES: usize = 1_000;
 
 /// Which rules a fusion pass runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,9 +158,39 @@ impl Pass for Fuse {
         let rules = self.family.rules();
         let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name.to_string()).collect();
         let mut egg_stats = EggStats::default();
-        for region in regions(g) {
-            for (rule, n) in fuse_region(g, &region, &rules, &algebra, self.limits, &mut egg_stats) {
+        let mut fuse = |g: &mut Graph, window: &[NodeId], egg_stats: &mut EggStats| {
+            for (rule, n) in fuse_region(g, window, &rules, &algebra, self.limits, egg_stats) {
                 bump(stats, &rule, n);
+            }
+        };
+        let mut split = Vec::new();
+        for (key, region) in regions(g) {
+            if region.len() <= MAX_REGION_NODES {
+                fuse(g, &region, &mut egg_stats);
+                continue;
+            }
+            for window in region.chunks(MAX_REGION_NODES) {
+                fuse(g, window, &mut egg_stats);
+            }
+            split.push((key, region.len()));
+        }
+        if !split.is_empty() {
+            // The second cut, offset by half a window, over what is left of the split regions.
+            crate::cleanup::Dce.run(g, &mut PassStats::default());
+            let mut left: HashMap<String, Vec<NodeId>> = regions(g).into_iter().collect();
+            for (key, before) in split {
+                let region = left.remove(&key).unwrap_or_default();
+                let half = MAX_REGION_NODES / 2;
+                let (first, rest) = region.split_at(half.min(region.len()));
+                fuse(g, first, &mut egg_stats);
+                for window in rest.chunks(MAX_REGION_NODES) {
+                    fuse(g, window, &mut egg_stats);
+                }
+                egg_stats.split.push(format!(
+                    "region `{key}`: {before} nodes, over {MAX_REGION_NODES}: saturated in windows of \
+                     {MAX_REGION_NODES} nodes, then again offset by {half} ({} nodes left)",
+                    region.len()
+                ));
             }
         }
         stats.egg = Some(egg_stats);
@@ -169,9 +210,9 @@ fn region_key(path: &str) -> &str {
     path.split('.').next().unwrap_or("")
 }
 
-/// Non-source nodes grouped by region, each in topological order; regions in order of
-/// first appearance.
-fn regions(g: &Graph) -> Vec<Vec<NodeId>> {
+/// Non-source nodes grouped by region (with its key), each in topological order; regions in
+/// order of first appearance.
+fn regions(g: &Graph) -> Vec<(String, Vec<NodeId>)> {
     let Ok(order) = g.topo_order() else { return vec![] };
     let mut keys: Vec<String> = Vec::new();
     let mut groups: HashMap<String, Vec<NodeId>> = HashMap::new();
@@ -186,7 +227,12 @@ fn regions(g: &Graph) -> Vec<Vec<NodeId>> {
         }
         groups.entry(key).or_default().push(id);
     }
-    keys.into_iter().map(|k| groups.remove(&k).unwrap_or_default()).collect()
+    keys.into_iter()
+        .map(|k| {
+            let nodes = groups.remove(&k).unwrap_or_default();
+            (k, nodes)
+        })
+        .collect()
 }
 
 /// Saturate one region and, if a family rule (one not in `algebra`) fired, rebuild its

@@ -20,6 +20,13 @@ use rustral_ir::ElementwiseExpr;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
+/// The longest body the JIT compiles. Cranelift's time on one straight-line body grows faster
+/// than its length (register allocation over thousands of live values); the passes cut fused
+/// groups far below this (`fuse-elementwise`'s `MAX_GROUP_OPS`), so only a hand-written
+/// `fused_elementwise` is longer, and the row interpreter runs it instead, in time linear in
+/// its length.
+pub(crate) const MAX_BODY_NODES: usize = 2_048;
+
 /// A compiled body: `f(args, out, n)` writes `n` (a multiple of `LANES`) outputs.
 type KernelFn = unsafe extern "C" fn(*const *const f32, *mut f32, usize);
 
@@ -62,6 +69,9 @@ impl Jit {
     }
 
     fn compile(&mut self, body: &ElementwiseExpr, scalar: &[bool]) -> Result<usize, String> {
+        if body.nodes.len() > MAX_BODY_NODES {
+            return Err(format!("a body of {} nodes is over the JIT's {MAX_BODY_NODES}", body.nodes.len()));
+        }
         let name = format!("fused_elementwise_{}", self.next);
         self.next += 1;
         let sig = codegen::kernel_signature(self.module.make_signature());

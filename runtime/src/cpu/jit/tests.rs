@@ -188,3 +188,32 @@ fn constant_squares_and_cubes() {
         }
     }
 }
+
+/// A body over the JIT's limit is refused (quickly, not compiled for minutes), so the caller
+/// interprets it; one at the limit still compiles and agrees with the interpreter.
+#[test]
+fn a_body_over_the_limit_is_left_to_the_interpreter() {
+    // x, then alternately `* 0.5` and `tanh`: each step one or two nodes.
+    let chain = |len: usize| {
+        let mut nodes = vec![ExprNode::Arg(0), ExprNode::Const { value: F64(0.5), dtype: DType::F32 }];
+        while nodes.len() < len {
+            let last = nodes.len() - 1;
+            nodes.push(if nodes.len() % 2 == 0 {
+                ExprNode::Binary(BinaryOp::Mul, last, 1)
+            } else {
+                ExprNode::Unary(UnaryOp::Tanh, last)
+            });
+        }
+        body(nodes)
+    };
+    let xs = [0.5f32, -2.0, 3.0, 0.0, 1.5, -0.25, 7.0, 9.0, -1.0];
+    let over = run(&chain(super::MAX_BODY_NODES + 1), &[(&xs, &[xs.len()])], &[xs.len()]);
+    assert!(over.as_ref().is_err_and(|e| e.contains("over the JIT")), "{over:?}");
+    let at = chain(super::MAX_BODY_NODES);
+    let got = run(&at, &[(&xs, &[xs.len()])], &[xs.len()]).expect("a body at the limit compiles");
+    let want = super::super::kernels::interpret(&at, &[(&xs, &[xs.len()])], &[xs.len()]);
+    assert_eq!(
+        got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+}
