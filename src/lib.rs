@@ -26,6 +26,8 @@ pub use session::{CompileOptions, Session, State, Target, host_params};
 pub mod generate;
 #[cfg(feature = "compiler")]
 pub mod gradcheck;
+#[cfg(feature = "npy")]
+pub mod npy;
 #[cfg(feature = "compiler")]
 pub mod train;
 

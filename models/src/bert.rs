@@ -1,7 +1,7 @@
 //! BERT encoders (all-MiniLM-L6-v2 is the real one we run): post-LN layers, learned absolute
 //! positions, token types, GELU (erf), and sentence embeddings by mean pooling.
 
-use crate::config::{self, ConfigError, Key, null_or_false, read_json};
+use crate::config::{self, ConfigError, Key, null_or_false};
 use rustral_frontend::nn::{
     Activation, BertLayer, Dropout, Embedding, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection,
     padding_mask,
@@ -52,7 +52,12 @@ const BERT_KEYS: &[Key] = &[
 impl BertConfig {
     /// Read a `config.json`.
     pub fn from_file(path: &Path) -> Result<BertConfig, ConfigError> {
-        config::checked(path, read_json(path, BERT_KEYS)?, BertConfig::validate)
+        config::read(path, BERT_KEYS, BertConfig::validate)
+    }
+
+    /// Parse `config.json` text; `source` names it in errors.
+    pub fn from_json(text: &str, source: &str) -> Result<BertConfig, ConfigError> {
+        config::parse(text, source, BERT_KEYS, BertConfig::validate)
     }
 
     /// The first problem that would make this config divide by zero, give NaN or overflow.

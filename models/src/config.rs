@@ -24,12 +24,29 @@ pub(crate) struct Key {
     pub expected: &'static str,
 }
 
-/// Parse a JSON config file into `T` (unknown fields are ignored, as HF configs carry many),
-/// refusing values of `keys` the model does not implement.
-pub(crate) fn read_json<T: DeserializeOwned>(path: &Path, keys: &[Key]) -> Result<T, ConfigError> {
-    let err = |message: String| ConfigError { path: path.display().to_string(), message };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let value: serde_json::Value = serde_json::from_str(&text).map_err(|e| err(e.to_string()))?;
+/// Read a JSON config file (see `parse`).
+pub(crate) fn read<T: DeserializeOwned>(
+    path: &Path,
+    keys: &[Key],
+    validate: impl Fn(&T) -> Result<(), String>,
+) -> Result<T, ConfigError> {
+    let source = path.display().to_string();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| ConfigError { path: source.clone(), message: e.to_string() })?;
+    parse(&text, &source, keys, validate)
+}
+
+/// Parse JSON config text from `source` (named in errors) into `T` (unknown fields are
+/// ignored, as HF configs carry many), refusing values of `keys` the model does not implement
+/// and configs `validate` refuses.
+pub(crate) fn parse<T: DeserializeOwned>(
+    text: &str,
+    source: &str,
+    keys: &[Key],
+    validate: impl Fn(&T) -> Result<(), String>,
+) -> Result<T, ConfigError> {
+    let err = |message: String| ConfigError { path: source.to_string(), message };
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| err(e.to_string()))?;
     for key in keys {
         if let Some(v) = value.get(key.name)
             && !(key.supported)(v)
@@ -37,7 +54,9 @@ pub(crate) fn read_json<T: DeserializeOwned>(path: &Path, keys: &[Key]) -> Resul
             return Err(err(format!("{} is {v}: not supported (this model implements {})", key.name, key.expected)));
         }
     }
-    serde_json::from_value(value).map_err(|e| err(e.to_string()))
+    let config: T = serde_json::from_value(value).map_err(|e| err(e.to_string()))?;
+    validate(&config).map_err(err)?;
+    Ok(config)
 }
 
 /// Absent-or-null, false or true, as a key's supported values.
@@ -98,14 +117,4 @@ pub(crate) fn probability(key: &str, v: f64) -> Result<(), String> {
 /// A config problem found when a model is traced from a config built in code.
 pub(crate) fn invalid(model: &str, message: String) -> rustral_frontend::Error {
     rustral_frontend::Error::Argument { op: model.into(), path: String::new(), message: format!("config: {message}") }
-}
-
-/// `validate`'s result on a file's config, with the file named.
-pub(crate) fn checked<T>(
-    path: &Path,
-    config: T,
-    validate: impl Fn(&T) -> Result<(), String>,
-) -> Result<T, ConfigError> {
-    validate(&config).map_err(|message| ConfigError { path: path.display().to_string(), message })?;
-    Ok(config)
 }

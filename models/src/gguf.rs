@@ -56,7 +56,7 @@ pub fn llama_config(g: &Gguf) -> Result<LlamaConfig, GgufError> {
         None => None,
     };
     let theta = if g.get(&key("rope.freq_base")).is_some() { g.f64(&key("rope.freq_base"))? } else { 10000.0 };
-    Ok(LlamaConfig {
+    let config = LlamaConfig {
         vocab_size: vocab,
         hidden_size: hidden,
         intermediate_size: g.usize(&key("feed_forward_length"))?,
@@ -69,7 +69,11 @@ pub fn llama_config(g: &Gguf) -> Result<LlamaConfig, GgufError> {
         rope_parameters: None,
         tie_word_embeddings: g.tensor("output.weight").is_err(),
         max_position_embeddings: g.get(&key("context_length")).and_then(|v| v.as_u64()).map(|v| v as usize),
-    })
+    };
+    // The limits a config.json must keep hold here too: a block count of 2^24 would otherwise
+    // list 150 million tensor names before the first lookup failed.
+    config.validate().map_err(|message| err(g, message))?;
+    Ok(config)
 }
 
 /// The GGUF tensor name of each Hugging Face parameter name, with the heads its rows are
@@ -103,7 +107,8 @@ fn names(c: &LlamaConfig) -> Vec<(String, String, Option<usize>)> {
 /// Hugging Face row `r` of a projection over `heads` heads comes from GGUF row `source(r)`:
 /// within a head, HF's row `j * half + i` is GGUF's `2 * i + j`.
 fn unpermute<T: Copy>(rows: &[T], width: usize, heads: usize) -> Option<Vec<T>> {
-    let n = rows.len() / width;
+    // An empty row (a tensor with a zero dim) has no heads to split.
+    let n = rows.len().checked_div(width)?;
     if heads == 0 || !n.is_multiple_of(heads) || !(n / heads).is_multiple_of(2) {
         return None;
     }

@@ -1,7 +1,7 @@
 //! GPT-2: pre-LN blocks, learned positions, `Conv1D` weights stored `[in, out]`, GELU (tanh),
 //! causal attention, final `ln_f`, output projection tied to the token embedding.
 
-use crate::config::{self, ConfigError, Key, null_or_false, null_or_true, read_json};
+use crate::config::{self, ConfigError, Key, null_or_false, null_or_true};
 use rustral_frontend::nn::{
     Activation, Dropout, Embedding, Gpt2Block, LayerNorm, Linear, Mlp, Module, MultiHeadAttention, QkvProjection,
 };
@@ -51,7 +51,12 @@ const GPT2_KEYS: &[Key] = &[
 impl Gpt2Config {
     /// Read a `config.json`.
     pub fn from_file(path: &Path) -> Result<Gpt2Config, ConfigError> {
-        config::checked(path, read_json(path, GPT2_KEYS)?, Gpt2Config::validate)
+        config::read(path, GPT2_KEYS, Gpt2Config::validate)
+    }
+
+    /// Parse `config.json` text; `source` names it in errors.
+    pub fn from_json(text: &str, source: &str) -> Result<Gpt2Config, ConfigError> {
+        config::parse(text, source, GPT2_KEYS, Gpt2Config::validate)
     }
 
     /// The first problem that would make this config divide by zero, give NaN or overflow.

@@ -1,6 +1,6 @@
 //! LLaMA: RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied output head.
 
-use crate::config::{self, ConfigError, Key, null_or_false, read_json};
+use crate::config::{self, ConfigError, Key, null_or_false};
 use rustral_frontend::nn::{
     Dropout, Embedding, Linear, LlamaBlock, Module, MultiHeadAttention, QkvProjection, RmsNorm, Rope, SwiGlu,
 };
@@ -67,7 +67,12 @@ const LLAMA_KEYS: &[Key] = &[
 impl LlamaConfig {
     /// Read a `config.json`.
     pub fn from_file(path: &Path) -> Result<LlamaConfig, ConfigError> {
-        config::checked(path, read_json(path, LLAMA_KEYS)?, LlamaConfig::validate)
+        config::read(path, LLAMA_KEYS, LlamaConfig::validate)
+    }
+
+    /// Parse `config.json` text; `source` names it in errors.
+    pub fn from_json(text: &str, source: &str) -> Result<LlamaConfig, ConfigError> {
+        config::parse(text, source, LLAMA_KEYS, LlamaConfig::validate)
     }
 
     /// The first problem that would make this config divide by zero, give NaN or overflow.

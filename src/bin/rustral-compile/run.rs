@@ -4,9 +4,9 @@
 use crate::args::Args;
 use crate::fail::Fail;
 use crate::memory::{self, Budget};
-use ndarray::ArrayD;
-use ndarray_npy::{ReadNpyExt, WriteNpyExt};
+use ndarray_npy::WriteNpyExt;
 use rustral::ir::{DType, Graph, Op};
+use rustral::npy;
 use rustral::runtime::{HostTensor, seeded_values};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -97,115 +97,13 @@ fn index_bound(g: &Graph, input: rustral::ir::NodeId) -> Option<usize> {
 
 fn read_npy(file: &Path, dtype: DType, budget: Option<&Budget>) -> Result<HostTensor, Fail> {
     let fail = |e: String| Fail::user(format!("{}: {e}", file.display()));
-    let header = npy_header(file).map_err(fail)?;
+    let mut f = std::fs::File::open(file).map_err(|e| fail(e.to_string()))?;
+    let header = npy::header(&mut f).map_err(fail)?;
     let elements = header.shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d));
     let bytes = elements.and_then(|n| n.checked_mul(memory::held(dtype) + header.item));
     Budget::check(budget, &format!("{} ({} {:?})", file.display(), header.descr, header.shape), bytes)?;
-    let wanted = match dtype {
-        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => "float32 or float64",
-        _ => "int32 or int64",
-    };
-    // Byte order aside (ndarray-npy swaps big-endian data), the kind and width.
-    let kind = header.descr.trim_start_matches(['<', '>', '|', '=']);
-    let fits = match dtype {
-        DType::F32 | DType::F16 | DType::BF16 | DType::F64 => kind == "f4" || kind == "f8",
-        _ => kind == "i4" || kind == "i8",
-    };
-    if !fits {
-        return Err(fail(format!("holds {} values; the input is {dtype}: give {wanted}", header.descr)));
-    }
-    let open = || std::fs::File::open(file).map_err(|e| fail(e.to_string()));
-    let values: ArrayD<f64> = match kind {
-        "f4" => ArrayD::<f32>::read_npy(open()?).map_err(|e| fail(e.to_string()))?.mapv(f64::from),
-        "f8" => ArrayD::<f64>::read_npy(open()?).map_err(|e| fail(e.to_string()))?,
-        "i4" => ArrayD::<i32>::read_npy(open()?).map_err(|e| fail(e.to_string()))?.mapv(f64::from),
-        _ => {
-            let ints = ArrayD::<i64>::read_npy(open()?).map_err(|e| fail(e.to_string()))?;
-            // Values are held as f64: beyond 2^53 an id would be rounded to another one.
-            if let Some(v) = ints.iter().find(|v| v.unsigned_abs() > 1 << 53) {
-                return Err(fail(format!("holds {v}, beyond 2^53, the largest integer held exactly")));
-            }
-            ints.mapv(|v| v as f64)
-        }
-    };
-    let shape = values.shape().to_vec();
-    HostTensor::new(dtype, &shape, values.into_iter().collect()).map_err(|e| fail(e.to_string()))
-}
-
-/// What a .npy header says: the element type, the shape and the bytes per element.
-#[derive(Debug, PartialEq)]
-struct NpyHeader {
-    descr: String,
-    shape: Vec<u64>,
-    item: u64,
-}
-
-/// The header of a .npy file, checked against the file's length before anything is read, so
-/// that a header claiming 2^40 elements is an error, not an allocation.
-fn npy_header(file: &Path) -> Result<NpyHeader, String> {
-    use std::io::{Read, Seek};
-    let mut f = std::fs::File::open(file).map_err(|e| e.to_string())?;
-    let len = f.metadata().map_err(|e| e.to_string())?.len();
-    let mut head = [0u8; 12];
-    let got = f.by_ref().take(12).read(&mut head).map_err(|e| e.to_string())?;
-    if got < 10 || &head[..6] != b"\x93NUMPY" {
-        return Err("not a .npy file (no \\x93NUMPY magic)".into());
-    }
-    let (size_bytes, header_len) = match head[6] {
-        1 => (2, u16::from_le_bytes([head[8], head[9]]) as u64),
-        2 | 3 if got == 12 => (4, u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as u64),
-        v => return Err(format!(".npy format version {v} is not one of 1, 2, 3")),
-    };
-    let data_at = 8 + size_bytes + header_len;
-    if data_at > len {
-        return Err(format!("truncated: the header claims {header_len} bytes, the file holds {len}"));
-    }
-    // Format 2.0 exists for headers past 64 KiB; numpy's own are far below this.
-    if header_len > 1 << 24 {
-        return Err(format!("a header of {header_len} bytes, more than a .npy header needs (16 MiB)"));
-    }
-    let mut text = vec![0u8; header_len as usize];
-    f.seek(std::io::SeekFrom::Start(8 + size_bytes)).map_err(|e| e.to_string())?;
-    f.read_exact(&mut text).map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&text);
-    let header = parse_npy_dict(&text).ok_or_else(|| format!("a .npy header that cannot be read: {}", text.trim()))?;
-    let data = header.shape.iter().try_fold(header.item, |n, &d| n.checked_mul(d));
-    match data {
-        Some(n) if n == len - data_at => Ok(header),
-        Some(n) if n > len - data_at => Err(format!(
-            "truncated: the header says {} {:?} ({n} bytes of data), the file holds {}",
-            header.descr,
-            header.shape,
-            len - data_at
-        )),
-        Some(n) => Err(format!(
-            "{} bytes of data where the header's {} {:?} holds {n}",
-            len - data_at,
-            header.descr,
-            header.shape
-        )),
-        None => Err(format!("the header's shape {:?} has more than 2^64 bytes", header.shape)),
-    }
-}
-
-/// `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }` as numpy writes it.
-fn parse_npy_dict(text: &str) -> Option<NpyHeader> {
-    let after =
-        |key: &str| text.find(key).map(|i| text[i + key.len()..].trim_start().trim_start_matches(':').trim_start());
-    let descr = after("'descr'")?;
-    let quote = descr.chars().next().filter(|q| *q == '\'' || *q == '"')?;
-    let descr = descr[1..].split(quote).next()?.to_string();
-    // Fortran order is read as it is (ndarray-npy lays it out; values come out row-major).
-    after("'fortran_order'")?;
-    let shape = after("'shape'")?.strip_prefix('(')?;
-    let shape: Vec<u64> = shape[..shape.find(')')?]
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| d.parse().ok())
-        .collect::<Option<_>>()?;
-    let item = descr.trim_start_matches(|c: char| !c.is_ascii_digit()).parse().ok().filter(|&n| n > 0)?;
-    Some(NpyHeader { descr, shape, item })
+    let (shape, values) = npy::values(f, &header, dtype).map_err(fail)?;
+    HostTensor::new(dtype, &shape, values).map_err(|e| fail(e.to_string()))
 }
 
 /// Write `t` as NAME.npy in `dir` (floats as f32 unless f64, integers as i64).
@@ -295,16 +193,6 @@ mod tests {
             assert_eq!(difference(a, b), (inf, inf), "{a} vs {b}");
         }
         assert_eq!(difference(1.0, 1.5), (0.5, 0.25));
-    }
-
-    #[test]
-    fn npy_headers_are_read_as_numpy_writes_them() {
-        let h = parse_npy_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }").unwrap();
-        assert_eq!(h, NpyHeader { descr: "<f4".into(), shape: vec![2, 3], item: 4 });
-        assert_eq!(parse_npy_dict("{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }").unwrap().shape, [5]);
-        assert_eq!(parse_npy_dict("{'descr': '<f8', 'fortran_order': False, 'shape': (), }").unwrap().shape, [0u64; 0]);
-        assert_eq!(parse_npy_dict("{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }").unwrap().shape, [2, 3]);
-        assert!(parse_npy_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }").is_none());
     }
 
     #[test]
