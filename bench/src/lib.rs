@@ -1,6 +1,7 @@
 //! Benchmarks: the workloads (`workloads`), compiled and ready to run (`prepare`), the
 //! ablation harness (`ablate`, one manifest per run, `manifest`), its statistics (`stats`) and
-//! the report over a folder of manifests (`report`). The criterion benches in `benches/`
+//! the report over a folder of manifests (`report`), compile time against graph size
+//! (`scaling`). The criterion benches in `benches/`
 //! share the workloads; `cargo run --release -p rustral-bench -- ablate|report` is the harness.
 
 #![deny(missing_docs)]
@@ -9,6 +10,7 @@ pub mod ablate;
 pub mod generate;
 pub mod manifest;
 pub mod report;
+pub mod scaling;
 pub mod stats;
 pub mod workloads;
 

@@ -73,6 +73,22 @@ enum Command {
         #[arg(short, long, default_value = "bench/results/manifests")]
         out: PathBuf,
     },
+    /// Compile time against graph size (1k to 100k nodes, GPT-2 of 12 to 2,000 layers): each
+    /// point in a fresh process; writes compile_scaling.md and .json.
+    Scaling {
+        /// Families (default: all): clusters, chain, layer_norms, gpt2_layers.
+        #[arg(long, value_delimiter = ',')]
+        families: Vec<String>,
+        /// Only sizes up to this (a quick run).
+        #[arg(long)]
+        max_size: Option<usize>,
+        /// Where the report goes.
+        #[arg(short, long, default_value = "bench/results")]
+        out: PathBuf,
+        /// Measure one point in this process and print it as JSON (what the harness runs).
+        #[arg(long, num_args = 2, value_names = ["FAMILY", "SIZE"], hide = true)]
+        point: Option<Vec<String>>,
+    },
     /// Render report.md and the charts from a folder of manifests.
     Report {
         /// The manifests.
@@ -191,6 +207,7 @@ fn run(cli: Cli) -> Result<(), String> {
             }
             Ok(())
         }
+        Command::Scaling { families, max_size, out, point } => scaling(families, max_size, &out, point),
         Command::Report { dir, out } => {
             let manifests = report::load(&dir)?;
             let out = out.unwrap_or_else(|| dir.parent().map_or_else(|| dir.clone(), |p| p.to_path_buf()));
@@ -199,4 +216,65 @@ fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+fn scaling(
+    families: Vec<String>,
+    max_size: Option<usize>,
+    out: &std::path::Path,
+    point: Option<Vec<String>>,
+) -> Result<(), String> {
+    use rustral_bench::scaling;
+    let find = |name: &str| {
+        scaling::family(name).ok_or_else(|| {
+            let known: Vec<&str> = scaling::families().iter().map(|f| f.name).collect();
+            format!("unknown family {name:?}; known: {}", known.join(", "))
+        })
+    };
+    if let Some(point) = point {
+        let size = point[1].parse().map_err(|e| format!("size {:?}: {e}", point[1]))?;
+        let p = scaling::measure(&find(&point[0])?, size)?;
+        println!("{}", serde_json::to_string(&p).map_err(|e| e.to_string())?);
+        return Ok(());
+    }
+    let chosen: Vec<scaling::Family> = if families.is_empty() {
+        scaling::families()
+    } else {
+        families.iter().map(|f| find(f)).collect::<Result<_, _>>()?
+    };
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut points = Vec::new();
+    for f in &chosen {
+        for &size in f.sizes.iter().filter(|&&s| max_size.is_none_or(|m| s <= m)) {
+            // Three fresh processes; the one with the median total stands for the point
+            // (this machine's timings are noisy).
+            let mut runs = Vec::new();
+            for _ in 0..3 {
+                let run = std::process::Command::new(&exe)
+                    .args(["scaling", "--point", f.name, &size.to_string()])
+                    .output()
+                    .map_err(|e| format!("{}: {e}", exe.display()))?;
+                if !run.status.success() {
+                    return Err(format!("{} n={size}: {}", f.name, String::from_utf8_lossy(&run.stderr)));
+                }
+                let p: scaling::Point =
+                    serde_json::from_slice(&run.stdout).map_err(|e| format!("{} n={size}: {e}", f.name))?;
+                runs.push(p);
+            }
+            runs.sort_by(|a, b| a.us_per_node().total_cmp(&b.us_per_node()));
+            let p = runs.swap_remove(1);
+            eprintln!("{}", p.line());
+            points.push(p);
+        }
+    }
+    let machine = rustral_bench::manifest::Machine::this();
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+    let md = out.join("compile_scaling.md");
+    std::fs::write(&md, scaling::render(&points, &machine)).map_err(|e| format!("{}: {e}", md.display()))?;
+    let json = serde_json::json!({ "machine": machine, "points": points });
+    let path = out.join("compile_scaling.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&json).map_err(|e| e.to_string())? + "\n")
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("report in {}", md.display());
+    Ok(())
 }
