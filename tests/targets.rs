@@ -386,3 +386,103 @@ on_every_target! {
         }
     }
 }
+
+/// An attention graph: `q [1, 2, lq, 40]`, `k [1, 2, lk, 40]`, `v [1, 2, lk, 24]` and,
+/// when `mask` is given, an additive mask of that shape (broadcast over the scores).
+fn attention_graph(lq: usize, lk: usize, causal: bool, mask: Option<&[usize]>) -> Graph {
+    let mut g = Graph::new("attention");
+    let f = |dims: &[usize]| TensorType::new(DType::F32, dims.iter().map(|&d| Dim::Static(d)).collect::<Vec<_>>());
+    let q = g.input("q", f(&[1, 2, lq, 40])).unwrap();
+    let k = g.input("k", f(&[1, 2, lk, 40])).unwrap();
+    let v = g.input("v", f(&[1, 2, lk, 24])).unwrap();
+    let mut args = vec![q, k, v];
+    if let Some(m) = mask {
+        args.push(g.input("mask", f(m)).unwrap());
+    }
+    let a = g.add(Op::Attention { scale: rustral::ir::F64(0.3), causal }, &args, "attn").unwrap();
+    g.set_output("y", a).unwrap();
+    g
+}
+
+on_every_target! {
+    /// Fused attention against the reference at shapes that take several query blocks of the
+    /// CPU kernel (64 rows each), causal with more keys than queries, masks broadcast over
+    /// heads and rows, and an infinite value that only some rows of a block can see (the
+    /// others must not turn NaN). Tolerance: 2e-5 absolute + 2e-5 relative.
+    fn attention_in_blocks_matches_the_reference(target) {
+        let t = |shape: &[usize], seed: u64| {
+            HostTensor::new(DType::F32, shape, rustral::runtime::seeded_values(seed, shape.iter().product())).unwrap()
+        };
+        // (queries, keys, causal, mask shape, key whose value is infinite)
+        type Case = (usize, usize, bool, Option<&'static [usize]>, Option<usize>);
+        let cases: [Case; 5] = [
+            (150, 150, true, None, None),
+            (70, 200, true, Some(&[70, 200]), None),
+            (130, 90, false, Some(&[1, 1, 1, 90]), None),
+            (100, 100, true, None, Some(80)),
+            (3, 5, false, None, None),
+        ];
+        for (lq, lk, causal, mask, poison) in cases {
+            let g = attention_graph(lq, lk, causal, mask);
+            let mut v = t(&[1, 2, lk, 24], 3).to_vec();
+            if let Some(j) = poison {
+                v[j * 24 + 5] = f64::INFINITY;
+            }
+            let mut feeds = HashMap::from([
+                ("q".to_string(), t(&[1, 2, lq, 40], 1)),
+                ("k".to_string(), t(&[1, 2, lk, 40], 2)),
+                ("v".to_string(), HostTensor::new(DType::F32, &[1, 2, lk, 24], v).unwrap()),
+            ]);
+            if let Some(m) = mask {
+                let n: usize = m.iter().product();
+                // Every seventh key hidden by a large negative bias.
+                let bias = (0..n).map(|i| if i % 7 == 3 { -1e9 } else { (i % 5) as f64 * 0.1 }).collect();
+                feeds.insert("mask".to_string(), HostTensor::new(DType::F32, m, bias).unwrap());
+            }
+            let want = evaluate(&g, &feeds).unwrap();
+            if let Some(j) = poison {
+                let y = want[0].1.to_vec();
+                assert!(y[..j * 24].iter().all(|x| x.is_finite()) && !y[j * 24 + 5].is_finite(), "the reference hides key {j} from earlier rows");
+            }
+            let mut s = Session::compile(&g, target.clone(), &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+            s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+            let named: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+            max_error(&want, &s.run(&named).unwrap(), 2e-5, 2e-5, &format!("{target:?} lq {lq} lk {lk} causal {causal} mask {mask:?}"));
+        }
+    }
+
+    /// A prefill of 80 queries over a KV cache of 200 rows at position 10: two query blocks,
+    /// and the unfilled rows past position + 80 hold NaN, which must never be read.
+    /// Tolerance: 2e-5 absolute + 2e-5 relative.
+    fn cached_attention_prefill_matches_the_reference(target) {
+        let mut g = Graph::new("prefill");
+        let f = |dims: &[usize]| TensorType::new(DType::F32, dims.iter().map(|&d| Dim::Static(d)).collect::<Vec<_>>());
+        let q = g.input("q", f(&[1, 4, 80, 8])).unwrap();
+        let k = g.input("k", f(&[1, 2, 200, 8])).unwrap();
+        let v = g.input("v", f(&[1, 2, 200, 8])).unwrap();
+        let pos = g.input("position", TensorType::new(DType::I64, vec![])).unwrap();
+        let a = g.add(Op::CachedAttention { scale: rustral::ir::F64(0.35) }, &[q, k, v, pos], "attn").unwrap();
+        g.set_output("attn", a).unwrap();
+        let cache = |seed: u64| {
+            let mut x = rustral::runtime::seeded_values(seed, 2 * 200 * 8);
+            for (i, x) in x.iter_mut().enumerate() {
+                if (i / 8) % 200 >= 90 {
+                    *x = f64::NAN;
+                }
+            }
+            HostTensor::new(DType::F32, &[1, 2, 200, 8], x).unwrap()
+        };
+        let feeds = HashMap::from([
+            ("q".to_string(), HostTensor::new(DType::F32, &[1, 4, 80, 8], rustral::runtime::seeded_values(5, 4 * 80 * 8)).unwrap()),
+            ("k".to_string(), cache(6)),
+            ("v".to_string(), cache(7)),
+            ("position".to_string(), HostTensor::scalar(DType::I64, 10.0)),
+        ]);
+        let want = evaluate(&g, &feeds).unwrap();
+        assert!(want[0].1.to_vec().iter().all(|x| x.is_finite()), "the reference reads only filled rows");
+        let mut s = Session::compile(&g, target.clone(), &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+        s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+        let named: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+        max_error(&want, &s.run(&named).unwrap(), 2e-5, 2e-5, &format!("{target:?} prefill"));
+    }
+}

@@ -1,13 +1,16 @@
 //! The CPU target on the workloads, fused (O2) against op-by-op (O0), on 1 and 2
 //! threads: LayerNorm [8,128,768], GELU tanh [8,128,3072], GEMM 1024^3, a GPT-2-small block
-//! (batch 8, seq 128) and MiniLM-L6 (batch 32, seq 128), plus a fused elementwise chain compiled
+//! (batch 8, seq 128), causal attention [8,12,128,64] and softmax [8,12,128,128] (O2: the fused
+//! kernel, O0: matmul, mask, softmax, matmul), MiniLM-L6 (batch 32, seq 128), plus a fused elementwise chain compiled
 //! by Cranelift against the interpreter. The workloads are `rustral_bench::workloads`; PyTorch's
 //! side is `fixtures/perf/torch_anchors.py` and `bench/python/torch_bench.py`.
 //!
 //! `cargo bench -p rustral-bench --bench cpu_target [-- FILTER]`
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use rustral_bench::workloads::{elementwise_chain, gelu_tanh, gemm, gpt2_block, layer_norm, minilm};
+use rustral_bench::workloads::{
+    attention, elementwise_chain, gelu_tanh, gemm, gpt2_block, layer_norm, minilm, softmax,
+};
 use rustral_bench::{Prepared, prepare};
 use rustral_frontend::Traced;
 use rustral_passes::OptLevel;
@@ -67,6 +70,8 @@ fn cpu_target(c: &mut Criterion) {
     let both = [OptLevel::O0, OptLevel::O2];
     bench(c, "layer_norm_8x128x768", &layer_norm(), &both, &[], None, 3);
     bench(c, "gelu_tanh_8x128x3072", &gelu_tanh(), &both, &[], None, 3);
+    bench(c, "attention_8x12x128x64_causal", &attention(), &both, &[], None, 3);
+    bench(c, "softmax_8x12x128x128", &softmax(), &both, &[], None, 3);
     bench(c, "gemm_1024", &gemm(1024), &[OptLevel::O2], &[], Some(2 * 1024 * 1024 * 1024), 5);
     bench(c, "gpt2_small_block_b8_s128", &gpt2_block(), &both, &[], None, 10);
     bench(c, "minilm_l6_b32_s128", &minilm(), &[OptLevel::O2], &[("batch", 32), ("seq", 128)], None, 20);

@@ -28,7 +28,22 @@ def machine():
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     mem = next((int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
     os_name = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME")), platform.system())
-    return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name)
+    flags = next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), [])
+    # The same names as Rustral's own list (runtime/src/cpu/simd.rs, cpu_features).
+    names = {"sse4_2": "sse4.2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx512f": "avx512f",
+             "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512bw": "avx512bw", "avx512_vnni": "avx512vnni",
+             "avx512_bf16": "avx512bf16"}
+    features = [names[f] for f in names if f in flags]
+    return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name, cpu_features=features,
+                cpu_kernels=peer_kernels())
+
+def peer_kernels():
+    """The peer's own kernel capability: PyTorch's ATen CPU capability (ATEN_CPU_CAPABILITY narrows it)."""
+    try:
+        import torch
+        return "torch " + torch.backends.cpu.get_cpu_capability().lower()
+    except Exception:
+        return "unknown"
 
 def build(crates):
     def git(*a):

@@ -46,6 +46,26 @@ fn median(runs: &BTreeMap<String, &Manifest>, label: &str) -> Option<f64> {
     runs.get(label).map(|m| m.stats.median_ms)
 }
 
+/// The kernel paths the report's manifests ran, each with who ran it (`avx512 (rustral)`,
+/// `torch avx512`), so that a figure is never read as another path's.
+fn kernel_paths(ms: &[Manifest]) -> String {
+    let mut seen: Vec<String> = Vec::new();
+    for m in ms {
+        let k = &m.machine.cpu_kernels;
+        let label = if k.is_empty() {
+            "not recorded".to_string()
+        } else if k.contains(' ') {
+            k.clone()
+        } else {
+            format!("{k} (rustral)")
+        };
+        if !seen.contains(&label) {
+            seen.push(label);
+        }
+    }
+    seen.join(", ")
+}
+
 /// Write `report.md` and the charts into `out`; returns the Markdown.
 pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
@@ -55,12 +75,18 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
     let _ = writeln!(md, "# Pass ablation report\n");
     let _ = writeln!(
         md,
-        "Machine: {} ({} logical cores, {:.0} GiB), {}. Build: git {}{}, {}. Medians of each run's timings; \
-         a pass \"buys\" t(O2 without it) / t(O2).\n",
+        "Machine: {} ({} logical cores, {:.0} GiB), {}. CPU features: {}; kernels: {}. Build: git {}{}, {}. \
+         Medians of each run's timings; a pass \"buys\" t(O2 without it) / t(O2).\n",
         first.machine.cpu_model,
         first.machine.cores,
         first.machine.memory_bytes as f64 / (1u64 << 30) as f64,
         first.machine.os,
+        if first.machine.cpu_features.is_empty() {
+            "not recorded".to_string()
+        } else {
+            first.machine.cpu_features.join(" ")
+        },
+        kernel_paths(ms),
         &first.build.git_sha[..first.build.git_sha.len().min(10)],
         if first.build.git_dirty { " (dirty)" } else { "" },
         first.build.rustc

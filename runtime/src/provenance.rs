@@ -17,6 +17,14 @@ pub struct Machine {
     pub memory_bytes: u64,
     /// Operating system.
     pub os: String,
+    /// The CPU's SIMD features (`crate::cpu::cpu_features`); empty in manifests
+    /// written before they were recorded.
+    #[serde(default)]
+    pub cpu_features: Vec<String>,
+    /// The CPU target's kernel path in this process: `avx512`, `avx2` or `baseline`
+    /// (`RUSTRAL_CPU_KERNELS` can narrow it); empty in older manifests.
+    #[serde(default)]
+    pub cpu_kernels: String,
 }
 
 /// The build.
@@ -55,7 +63,9 @@ impl Machine {
             .find_map(|l| l.strip_prefix("PRETTY_NAME="))
             .map(|v| v.trim_matches('"').to_string())
             .unwrap_or_else(|| std::env::consts::OS.to_string());
-        Machine { cpu_model, cores, memory_bytes, os }
+        let cpu_features = crate::cpu::cpu_features();
+        let cpu_kernels = crate::cpu::kernel_path().to_string();
+        Machine { cpu_model, cores, memory_bytes, os, cpu_features, cpu_kernels }
     }
 }
 

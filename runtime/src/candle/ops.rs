@@ -332,8 +332,8 @@ fn norm(args: &[&Tensor], eps: f64, center: bool) -> R<Tensor> {
 
 /// `softmax(q k^T * scale + mask) v` with hidden causal keys set to -inf before the softmax and
 /// queries that see no key at all given zeros. The IR keeps hidden keys' values out of the sum
-/// even when they are NaN, which a matmul with zero weights does not: with a causal mask and
-/// NaN among the values, None (the host computes it).
+/// even when they are NaN or infinite, which a matmul with zero weights does not: with a
+/// causal mask and such a value (`0 v` is NaN exactly there), None (the host computes it).
 fn attention(args: &[&Tensor], scale: f64, causal: bool, dev: &Device) -> R<Option<Tensor>> {
     let (q, k, v) = (args[0].contiguous()?, args[1].contiguous()?, args[2].contiguous()?);
     // Nothing to attend to (or no query): candle's softmax panics on an empty row, the
@@ -341,7 +341,11 @@ fn attention(args: &[&Tensor], scale: f64, causal: bool, dev: &Device) -> R<Opti
     if k.dim(D::Minus2)? == 0 || q.elem_count() == 0 {
         return Ok(None);
     }
-    if causal && v.dtype().is_float() && v.ne(&v)?.to_dtype(CDType::F32)?.sum_all()?.to_scalar::<f32>()? > 0.0 {
+    let not_finite = |v: &Tensor| -> R<bool> {
+        let d = (v * 0.0)?;
+        Ok(d.ne(&d)?.to_dtype(CDType::F32)?.sum_all()?.to_scalar::<f32>()? > 0.0)
+    };
+    if causal && v.dtype().is_float() && not_finite(&v)? {
         return Ok(None);
     }
     let mut scores = (q.broadcast_matmul(&k.transpose(D::Minus2, D::Minus1)?.contiguous()?)? * scale)?;

@@ -10,6 +10,7 @@ mod broadcast;
 mod jit;
 mod kernels;
 mod simd;
+pub use simd::{KERNEL_PATHS, cpu_features, kernel_path};
 mod storage;
 
 use crate::exec::{Backend, Executor};

@@ -188,33 +188,75 @@ fn fold(acc: &[f32; ACC]) -> f32 {
     half.iter().sum()
 }
 
+/// The kernel paths, widest first: which one runs is the widest the CPU has, unless the
+/// environment variable `RUSTRAL_CPU_KERNELS` (`avx512`, `avx2` or `baseline`) asks for a
+/// narrower one, so that an AVX-512 machine can measure what an AVX2 machine would run.
+pub const KERNEL_PATHS: [&str; 3] = ["avx512", "avx2", "baseline"];
+
+/// The kernel path this process runs (see `KERNEL_PATHS`), decided once.
+pub fn kernel_path() -> &'static str {
+    static PATH: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        let widest = if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            if std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512dq")
+                && std::arch::is_x86_feature_detected!("avx512vl")
+            {
+                0
+            } else {
+                1
+            }
+        } else {
+            2
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let widest = 2;
+        let asked = std::env::var("RUSTRAL_CPU_KERNELS").ok().and_then(|v| KERNEL_PATHS.iter().position(|p| *p == v));
+        KERNEL_PATHS[asked.map_or(widest, |a| a.max(widest))]
+    })
+}
+
+/// The CPU's SIMD features that matter to the kernels here and to the peers they are
+/// compared with (empty off x86-64), for manifests.
+pub fn cpu_features() -> Vec<String> {
+    let mut found = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! probe {
+            ($($f:tt),*) => {$(
+                if std::arch::is_x86_feature_detected!($f) {
+                    found.push($f.to_string());
+                }
+            )*};
+        }
+        probe!(
+            "sse4.2",
+            "avx",
+            "avx2",
+            "fma",
+            "f16c",
+            "avx512f",
+            "avx512dq",
+            "avx512vl",
+            "avx512bw",
+            "avx512vnni",
+            "avx512bf16"
+        );
+    }
+    found
+}
+
 /// True when the AVX-512 versions may run.
 #[inline]
 pub fn has_avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        has_avx2()
-            && std::arch::is_x86_feature_detected!("avx512f")
-            && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    kernel_path() == "avx512"
 }
 
 /// True when the AVX2+FMA versions may run.
 #[inline]
 pub fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    kernel_path() != "baseline"
 }
 
 /// Define `fn $name(args) -> ret` three times, as a baseline body and as AVX2+FMA and AVX-512
@@ -256,6 +298,27 @@ pub(crate) use multiversion;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The path that runs is one of the three, never wider than the CPU, and the recorded
+    /// features agree with the CPU's own detection.
+    #[test]
+    fn kernel_path_is_what_the_cpu_has() {
+        let path = kernel_path();
+        assert!(KERNEL_PATHS.contains(&path), "{path}");
+        let features = cpu_features();
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(features.contains(&"avx2".to_string()), std::arch::is_x86_feature_detected!("avx2"));
+            if path == "avx512" {
+                assert!(features.contains(&"avx512f".to_string()) && features.contains(&"fma".to_string()));
+            }
+            if path != "baseline" {
+                assert!(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        assert!(features.is_empty() && path == "baseline");
+    }
 
     /// Against std (correctly rounded to within 1 ulp) over a grid of inputs.
     #[test]

@@ -1,12 +1,13 @@
-//! Scaled dot-product attention, a query row at a time: scores, softmax, weighted values.
+//! Scaled dot-product attention, a block of queries at a time: the block's scores are one
+//! GEMM against the keys, its softmax runs on rows that stay in cache, and its output is one
+//! GEMM against the values, so the inner products run at GEMM speed and only a block of
+//! scores ever exists (never the `[.., lq, lk]` matrix).
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-/// Attention per (batch, head), one query row at a time, so only a row of `lk` scores ever
-/// exists (never the `[.., lq, lk]` matrix). Keys are transposed once per head so that a
-/// score row is a sum of `d` contiguous axpys, and the output row a sum of `lk` axpys over
-/// values: both vectorise.
+/// Attention per (batch, head), the heads in parallel; `None` (the reference runs) when an
+/// operand is not f32 or does not hold the shapes' values.
 pub(super) fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usize]) -> Option<Vec<f32>> {
     let (q, qs) = (args[0].f32()?, args[0].shape());
     let (k, ks) = (args[1].f32()?, args[1].shape());
@@ -45,8 +46,8 @@ pub(super) fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usiz
         scale,
         causal,
     };
-    result.par_chunks_mut(lq * dv).enumerate().for_each(|(bi, head_out)| attention_head(head_out, bi, &head));
-    Some(result)
+    let fits = result.par_chunks_mut(lq * dv).enumerate().all(|(bi, head_out)| attention_head(head_out, bi, &head));
+    fits.then_some(result)
 }
 
 /// What one attention head reads.
@@ -83,22 +84,20 @@ impl Head<'_> {
 }
 
 simd::multiversion! {
-    /// One (batch, head): rows of queries against all keys, a row of scores at a time.
-    fn attention_head(head_out: &mut [f32], bi: usize, head: &Head<'_>) {
+    /// One (batch, head) in query blocks, its mask row added to each block's scores.
+    fn attention_head(head_out: &mut [f32], bi: usize, head: &Head<'_>) -> bool {
         let Head { q, k, v, mask, mask_strides, batch, sq, sk, sv, lq, lk, d, dv, scale, causal } = *head;
         let (qb, kb, vb) = (head.offset(bi, sq) * lq * d, head.offset(bi, sk) * lk * d, head.offset(bi, sv) * lk * dv);
-        let kt = transposed_keys(&k[kb..], lk, d);
-        let mut row = vec![0.0f32; lk];
-        for i in 0..lq {
-            scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
-            if let (Some(m), Some(st)) = (mask, mask_strides) {
-                let base = head.offset(bi, &st[..batch.len()]) + i * st[batch.len()];
-                let sj = st[batch.len() + 1];
-                row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + j * sj]);
+        let (Some(q), Some(k), Some(v)) = (q.get(qb..), k.get(kb..), v.get(vb..)) else { return false };
+        let one = OneHead { q, k, v, lq, lk, d, dv, scale, causal };
+        match (mask, mask_strides) {
+            (Some(m), Some(st)) => {
+                let (base, si, sj) = (head.offset(bi, &st[..batch.len()]), st[batch.len()], st[batch.len() + 1]);
+                attend_blocks(head_out, &one, |i, row| {
+                    row.iter_mut().enumerate().for_each(|(j, x)| *x += m[base + i * si + j * sj]);
+                })
             }
-            // Key j is visible to query i when j <= i + lk - lq.
-            let visible = if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
-            attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, visible, &v[vb..]);
+            _ => attend_blocks(head_out, &one, |_, _| {}),
         }
     }
 }
@@ -123,8 +122,9 @@ pub(super) fn cached_attention(args: &[&Storage], scale: f32, out: &[usize]) -> 
         return Some(result);
     }
     let cache = Cache { q, k, v, h, lq, lk, d, dv, scale, group, position };
-    result.par_chunks_mut(lq * dv).enumerate().for_each(|(bn, head_out)| cached_head(head_out, bn, filled, &cache));
-    Some(result)
+    let fits =
+        result.par_chunks_mut(lq * dv).enumerate().all(|(bn, head_out)| cached_head(head_out, bn, filled, &cache));
+    fits.then_some(result)
 }
 
 /// What one cached-attention head reads.
@@ -144,14 +144,14 @@ struct Cache<'a> {
 
 simd::multiversion! {
     /// One (batch, query head) over the filled rows of its key/value head.
-    fn cached_head(head_out: &mut [f32], bn: usize, filled: usize, c: &Cache<'_>) {
+    fn cached_head(head_out: &mut [f32], bn: usize, filled: usize, c: &Cache<'_>) -> bool {
         let Cache { q, k, v, h, lq, lk, d, dv, scale, group, position } = *c;
         let (bi, n) = (bn / h, bn % h);
         let kvh = h / group;
         let g = bi * kvh + n / group;
         let (qb, kb, vb) = (bn * lq * d, g * lk * d, g * lk * dv);
-        let mut row = vec![0.0f32; filled];
         if lq <= DIRECT_QUERIES {
+            let mut row = vec![0.0f32; filled];
             // A decode step: a score is one contiguous dot product per key, cheaper than
             // transposing the keys for so few queries.
             for i in 0..lq {
@@ -161,17 +161,18 @@ simd::multiversion! {
                 }
                 attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
             }
-            return;
+            return true;
         }
-        let kt = transposed_keys(&k[kb..], filled, d);
-        for i in 0..lq {
-            scores_row(&mut row, &q[qb + i * d..qb + (i + 1) * d], &kt, scale);
-            attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
-        }
+        // Prefill: the queries sit at the cache's last `lq` filled rows, so this is causal
+        // attention over the filled rows.
+        let (Some(q), Some(k), Some(v)) = (q.get(qb..), k.get(kb..), v.get(vb..)) else { return false };
+        let one = OneHead { q, k, v, lq, lk: filled, d, dv, scale, causal: true };
+        attend_blocks(head_out, &one, |_, _| {})
     }
 }
 
-/// Queries at or below which cached attention takes scores as per-key dot products.
+/// Queries at or below which cached attention takes scores as per-key dot products (a GEMM
+/// of so few rows would cost more in packing than it saves).
 const DIRECT_QUERIES: usize = 4;
 
 /// `a . b` in eight lanes (so that it vectorises).
@@ -188,19 +189,6 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + tail
 }
 
-/// The first `rows` keys of a head (`[rows, d]` at the start of `k`) transposed to
-/// `[d, rows]`, so that a row of scores is a sum of `d` contiguous axpys.
-#[inline(always)]
-fn transposed_keys(k: &[f32], rows: usize, d: usize) -> Vec<f32> {
-    let mut kt = vec![0.0f32; d * rows];
-    for j in 0..rows {
-        for t in 0..d {
-            kt[t * rows + j] = k[j * d + t];
-        }
-    }
-    kt
-}
-
 /// One query's output from its scores: keys from `visible` on hidden, softmax, and the
 /// weighted sum of the visible rows of `v` (the head's values, `dv = out.len()` wide).
 #[inline(always)]
@@ -211,44 +199,81 @@ fn attend_row(out: &mut [f32], row: &mut [f32], visible: usize, v: &[f32]) {
     weighted_rows(out, &row[..visible], &v[..visible * dv]);
 }
 
-/// Register blocking for the attention loops. A score block of `WIDE` lanes keeps four
-/// 16-lane accumulators in flight (independent FMA chains hide the FMA latency); the value
-/// sum keeps four partial sums per 16-lane block for the same reason.
-pub(super) const LANES: usize = 16;
+/// Value lanes per accumulator block in `weighted_rows`; four partial sums per block keep
+/// independent FMA chains in flight.
+const LANES: usize = 16;
 
-pub(super) const WIDE: usize = 4 * LANES;
+/// Query rows per block in `attend_blocks`: enough rows that a GEMM's packing pays off, few
+/// enough that the block's scores (`QUERY_BLOCK x lk`) stay in L2 between the two products.
+const QUERY_BLOCK: usize = 64;
 
-/// `row[j] = scale * sum_t q[t] * kt[t][j]` with `kt` the keys transposed (`d x lk`).
-#[inline(always)]
-pub(super) fn scores_row(row: &mut [f32], q: &[f32], kt: &[f32], scale: f32) {
-    let lk = row.len();
-    let mut j = 0;
-    while j + WIDE <= lk {
-        score_block::<WIDE>(row, q, kt, scale, j);
-        j += WIDE;
-    }
-    while j + LANES <= lk {
-        score_block::<LANES>(row, q, kt, scale, j);
-        j += LANES;
-    }
-    for (jj, r) in row.iter_mut().enumerate().skip(j) {
-        *r = q.iter().enumerate().map(|(t, &qt)| qt * kt[t * lk + jj]).sum::<f32>() * scale;
-    }
+/// One head's operands, row-major at the start of each slice: queries `[lq, d]`, keys
+/// `[lk, d]`, values `[lk, dv]`.
+struct OneHead<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    lq: usize,
+    lk: usize,
+    d: usize,
+    dv: usize,
+    scale: f32,
+    causal: bool,
 }
 
+/// `out = softmax(scale q k^T + mask) v` for one head, `QUERY_BLOCK` queries at a time;
+/// `add_mask(i, row)` adds query `i`'s mask to its scores. Under `causal`, key `j` is visible
+/// to query `i` when `j <= i + lk - lq`: a block's scores are computed only up to its last
+/// row's visible keys, and hidden keys are left out of the sum altogether (as the reference
+/// does), so a hidden value that is not finite never reaches an output. False when an
+/// operand is shorter than its shape says.
 #[inline(always)]
-pub(super) fn score_block<const N: usize>(row: &mut [f32], q: &[f32], kt: &[f32], scale: f32, j: usize) {
-    let lk = row.len();
-    let mut acc = [0.0f32; N];
-    for (t, &qt) in q.iter().enumerate() {
-        let k = &kt[t * lk + j..t * lk + j + N];
-        for u in 0..N {
-            acc[u] = qt.mul_add(k[u], acc[u]);
+fn attend_blocks(out: &mut [f32], h: &OneHead<'_>, add_mask: impl Fn(usize, &mut [f32])) -> bool {
+    let OneHead { q, k, v, lq, lk, d, dv, scale, causal } = *h;
+    let visible = |i: usize| if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
+    let mut scores = vec![0.0f32; QUERY_BLOCK.min(lq) * lk];
+    for i0 in (0..lq).step_by(QUERY_BLOCK) {
+        let rows = QUERY_BLOCK.min(lq - i0);
+        let width = visible(i0 + rows - 1);
+        let Some(block_out) = out.get_mut(i0 * dv..(i0 + rows) * dv) else { return false };
+        let s = &mut scores[..rows * width];
+        let Some(qs) = q.get(i0 * d..) else { return false };
+        let qv = View { data: qs, rows, cols: d, rs: d, cs: 1 };
+        let kt = View { data: k, rows: d, cols: width, rs: 1, cs: d };
+        if !gemm_into(s, width, qv, kt, scale, gemm::Parallelism::None) {
+            return false;
+        }
+        for r in 0..rows {
+            let row = &mut s[r * width..(r + 1) * width];
+            add_mask(i0 + r, row);
+            let seen = visible(i0 + r);
+            softmax_in_place(&mut row[..seen]);
+            row[seen..].fill(0.0);
+        }
+        // Every row sees the block's first row's keys. The keys only some rows see have a
+        // probability of exactly 0 for the others, which adds nothing to a sum as long as
+        // the value is finite: then one product covers the block's whole width; otherwise
+        // the keys past the first row's go row by row over what each row sees.
+        let first = visible(i0);
+        let Some(later) = v.get(first * dv..width * dv) else { return false };
+        let w = if later.iter().all(|x| x.is_finite()) { width } else { first };
+        let pv = View { data: s, rows, cols: w, rs: width, cs: 1 };
+        let vv = View { data: v, rows: w, cols: dv, rs: dv, cs: 1 };
+        if !gemm_into(block_out, dv, pv, vv, 1.0, gemm::Parallelism::None) {
+            return false;
+        }
+        if w < width {
+            for r in 0..rows {
+                let seen = visible(i0 + r);
+                let o = &mut block_out[r * dv..(r + 1) * dv];
+                for j in w..seen {
+                    let p = s[r * width + j];
+                    o.iter_mut().zip(&v[j * dv..(j + 1) * dv]).for_each(|(x, &vj)| *x = p.mul_add(vj, *x));
+                }
+            }
         }
     }
-    for u in 0..N {
-        row[j + u] = acc[u] * scale;
-    }
+    true
 }
 
 /// `out = sum_j p[j] * v[j]` over value rows of `out.len()`.

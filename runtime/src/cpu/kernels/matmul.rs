@@ -31,6 +31,81 @@ simd::multiversion! {
     }
 }
 
+/// Output rows per parallel task of a single product's epilogue.
+const EPILOGUE_ROWS: usize = 16;
+
+/// A matrix in a slice: element `(i, j)` at `data[i * rs + j * cs]`.
+#[derive(Clone, Copy)]
+pub(super) struct View<'a> {
+    pub data: &'a [f32],
+    pub rows: usize,
+    pub cols: usize,
+    pub rs: usize,
+    pub cs: usize,
+}
+
+impl View<'_> {
+    /// Whether every element lies inside `data`.
+    fn fits(&self) -> bool {
+        if self.rows == 0 || self.cols == 0 {
+            return true;
+        }
+        let last = (self.rows - 1).checked_mul(self.rs).zip((self.cols - 1).checked_mul(self.cs));
+        matches!(last, Some((r, c)) if r.checked_add(c).is_some_and(|end| end < self.data.len()))
+    }
+}
+
+/// `dst = scale * lhs . rhs` by the `gemm` crate, `dst` row-major with row stride `dst_rs`;
+/// false (nothing written) when a view or `dst` does not fit its slice, so that a caller
+/// gives the work back to the reference rather than reading out of bounds.
+pub(super) fn gemm_into(
+    dst: &mut [f32],
+    dst_rs: usize,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    scale: f32,
+    par: gemm::Parallelism,
+) -> bool {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let out = View { data: dst, rows: m, cols: n, rs: dst_rs, cs: 1 };
+    if rhs.rows != k || !lhs.fits() || !rhs.fits() || !out.fits() {
+        return false;
+    }
+    if m == 0 || n == 0 {
+        return true;
+    }
+    if k == 0 {
+        // An empty contraction is zero (the GEMM must not run on it).
+        dst.chunks_mut(dst_rs).take(m).for_each(|row| row[..n].fill(0.0));
+        return true;
+    }
+    // SAFETY: `fits` checked that every element the three views address lies in its slice.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            false,
+            lhs.data.as_ptr(),
+            lhs.cs as isize,
+            lhs.rs as isize,
+            rhs.data.as_ptr(),
+            rhs.cs as isize,
+            rhs.rs as isize,
+            0.0,
+            scale,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+    true
+}
+
 /// Batched matmul (batch dims broadcast) with an optional bias over the last axis and an
 /// activation applied to each output block right after its GEMM, while it is in cache. The
 /// GEMM is the `gemm` crate's; batches run in parallel, a single product uses its own
@@ -74,41 +149,26 @@ pub(super) fn matmul(
         return Some(c);
     }
     let product = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32], par: gemm::Parallelism| {
-        // SAFETY: the slices hold rows*k, k*n and rows*n elements at these offsets (shapes
-        // were checked by the verifier and bound from the buffers' own lengths).
-        unsafe {
-            gemm::gemm(
-                rows,
-                n,
-                k,
-                dst.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                a.0.as_ptr().add(a_off),
-                1,
-                k as isize,
-                b.0.as_ptr().add(b_off),
-                1,
-                n as isize,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                par,
-            );
-        }
-        epilogue(dst, n, bias_row, act);
+        let lhs = View { data: a.0.get(a_off..).unwrap_or_default(), rows, cols: k, rs: k, cs: 1 };
+        let rhs = View { data: b.0.get(b_off..).unwrap_or_default(), rows: k, cols: n, rs: n, cs: 1 };
+        gemm_into(dst, n, lhs, rhs, 1.0, par)
     };
     if batches > 1 {
-        c.par_chunks_mut(m * n).enumerate().for_each(|(i, dst)| {
-            product(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst, gemm::Parallelism::None)
+        let fits = c.par_chunks_mut(m * n).enumerate().all(|(i, dst)| {
+            let done = product(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst, gemm::Parallelism::None);
+            epilogue(dst, n, bias_row, act);
+            done
         });
+        fits.then_some(c)
     } else {
         let threads = rayon::current_num_threads();
         let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-        product(0, 0, m, &mut c, par);
+        if !product(0, 0, m, &mut c, par) {
+            return None;
+        }
+        // One product's output is spread over the pool's threads, so its epilogue is too
+        // (on one thread it would cost as much as the GEMM's own parallel speed-up saves).
+        c.par_chunks_mut(EPILOGUE_ROWS * n).for_each(|rows| epilogue(rows, n, bias_row, act));
+        Some(c)
     }
-    Some(c)
 }
