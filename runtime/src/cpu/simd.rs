@@ -123,7 +123,9 @@ fn map_plain(src: &[f32], dst: &mut [MaybeUninit<f32>], f: impl Fn(f32) -> f32 +
 const ACC: usize = 64;
 
 /// Sum of a slice in `ACC` independent lanes (so it vectorises; f32 addition is not
-/// associative, so the compiler will not reorder a plain fold).
+/// associative, so the compiler will not reorder a plain fold). What is left after whole
+/// blocks of `ACC` goes into the first `SMALL` lanes, so a short row (an attention row of a
+/// few dozen visible keys) is summed in vectors too.
 #[inline(always)]
 pub fn sum(xs: &[f32]) -> f32 {
     let mut acc = [0.0f32; ACC];
@@ -134,8 +136,18 @@ pub fn sum(xs: &[f32]) -> f32 {
             acc[i] += c[i];
         }
     }
-    fold(&acc) + rest.iter().sum::<f32>()
+    let small = rest.chunks_exact(SMALL);
+    let tail = small.remainder();
+    for c in small {
+        for i in 0..SMALL {
+            acc[i] += c[i];
+        }
+    }
+    fold(&acc) + tail.iter().sum::<f32>()
 }
+
+/// Lanes of one AVX-512 register: the block size for what is left after whole `ACC` blocks.
+const SMALL: usize = 16;
 
 /// Sum of `(x - m)^2` in `ACC` lanes.
 #[inline(always)]
@@ -152,7 +164,8 @@ pub fn sum_sq_dev(xs: &[f32], m: f32) -> f32 {
     fold(&acc) + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
 }
 
-/// The largest value, NaN if any is NaN (the IR's `max`), in `ACC` lanes.
+/// The largest value, NaN if any is NaN (the IR's `max`), in `ACC` lanes (the rest in
+/// `SMALL` lanes, as `sum` does).
 #[inline(always)]
 pub fn max(xs: &[f32]) -> f32 {
     #[inline(always)]
@@ -167,25 +180,37 @@ pub fn max(xs: &[f32]) -> f32 {
             acc[i] = step(acc[i], c[i]);
         }
     }
-    // Halve the lanes with vector steps, then a short scalar tail.
+    let small = rest.chunks_exact(SMALL);
+    let tail = small.remainder();
+    for c in small {
+        for i in 0..SMALL {
+            acc[i] = step(acc[i], c[i]);
+        }
+    }
+    // Halve the lanes down to one: a step per halving, not a scalar pass over the last lanes
+    // (whose NaN checks cost a short row as much as its values).
     let mut half = ACC / 2;
-    while half >= 8 {
+    while half >= 1 {
         for i in 0..half {
             acc[i] = step(acc[i], acc[i + half]);
         }
         half /= 2;
     }
-    acc[..8].iter().chain(rest).fold(f32::NEG_INFINITY, |m, &v| step(m, v))
+    tail.iter().fold(acc[0], |m, &v| step(m, v))
 }
 
-/// The lanes' total, pairwise (vector adds, then a short tail).
+/// The lanes' total, pairwise by halving: a dependent add per halving, not one per lane.
 #[inline(always)]
 fn fold(acc: &[f32; ACC]) -> f32 {
-    let mut half = [0.0f32; ACC / 4];
-    for i in 0..ACC / 4 {
-        half[i] = (acc[i] + acc[i + ACC / 4]) + (acc[i + ACC / 2] + acc[i + 3 * ACC / 4]);
+    let mut a = *acc;
+    let mut half = ACC / 2;
+    while half >= 1 {
+        for i in 0..half {
+            a[i] += a[i + half];
+        }
+        half /= 2;
     }
-    half.iter().sum()
+    a[0]
 }
 
 /// The kernel paths, widest first: which one runs is the widest the CPU has, unless the
@@ -298,6 +323,28 @@ pub(crate) use multiversion;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `sum` and `max` at every length across the block sizes (whole `ACC` blocks, `SMALL`
+    /// blocks of the rest, a scalar tail) against plain loops in f64; `max` is NaN wherever
+    /// a NaN sits. Tolerance for the sum: 1e-6 relative to the sum of magnitudes.
+    #[test]
+    fn reductions_match_plain_loops_at_every_length() {
+        for n in 0..200usize {
+            let xs: Vec<f32> = (0..n).map(|i| ((i * 7919) % 113) as f32 * 0.05 - 2.5).collect();
+            let want: f64 = xs.iter().map(|&x| f64::from(x)).sum();
+            let mag: f64 = xs.iter().map(|&x| f64::from(x).abs()).sum::<f64>().max(1.0);
+            assert!((f64::from(sum(&xs)) - want).abs() <= 1e-6 * mag, "sum of {n}");
+            let top = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            assert_eq!(max(&xs), top, "max of {n}");
+            for at in [0, n / 2, n.saturating_sub(1)] {
+                if at < n {
+                    let mut with_nan = xs.clone();
+                    with_nan[at] = f32::NAN;
+                    assert!(max(&with_nan).is_nan(), "NaN at {at} of {n}");
+                }
+            }
+        }
+    }
 
     /// The path that runs is one of the three, never wider than the CPU, and the recorded
     /// features agree with the CPU's own detection.
