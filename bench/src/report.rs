@@ -297,6 +297,15 @@ fn generation(md: &mut String, ms: &[Manifest]) {
         return;
     }
     let _ = writeln!(md, "\n## Generation (`rustral-bench generate`, `bench/python/generate_bench.py`)\n");
+    // These rows may come from another session than the ablation's: name their machines.
+    let mut machines: Vec<String> = Vec::new();
+    for m in &runs {
+        let line = format!("{} ({} logical cores)", m.machine.cpu_model, m.machine.cores);
+        if !machines.contains(&line) {
+            machines.push(line);
+        }
+    }
+    let _ = writeln!(md, "Measured on: {}.\n", machines.join("; "));
     let _ = writeln!(
         md,
         "| phase | target | threads | median ms | tokens/s | HF generate ms | HF / Rustral | llama.cpp ms | llama.cpp / Rustral | bandwidth bound tokens/s |"
