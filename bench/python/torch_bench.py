@@ -129,12 +129,7 @@ def onnx_runtime(name, fn, inputs):
     if not err < 1e-3:  # the same function, or the figure means nothing
         print(f"{name}: onnxruntime differs from torch by {err}: not timed", file=sys.stderr)
         return None
-    run = lambda: sess.run(None, feeds)
-    run()
-    ts = []; start = time.perf_counter()
-    while len(ts) < args.repeats or ((time.perf_counter() - start) * 1e3 < 200.0 and len(ts) < 1000):
-        t = time.perf_counter(); run(); ts.append((time.perf_counter() - t) * 1e3)
-    return ts
+    return time_it(lambda: sess.run(None, feeds), args.repeats)
 
 for name, kind, description, fn, inputs in workloads():
     if args.only and name not in args.only.split(","):

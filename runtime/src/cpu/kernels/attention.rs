@@ -30,43 +30,28 @@ pub(super) fn attention(args: &[&Storage], scale: f32, causal: bool, out: &[usiz
         return Some(result);
     }
     let head = Head {
-        q,
-        k,
-        v,
+        all: OneHead { q, k, v, lq, lk, d, dv, scale, causal },
         mask: mask.map(|(m, _)| m),
         mask_strides: sm.as_deref(),
         batch,
         sq: &sq,
         sk: &sk,
         sv: &sv,
-        lq,
-        lk,
-        d,
-        dv,
-        scale,
-        causal,
     };
     let fits = result.par_chunks_mut(lq * dv).enumerate().all(|(bi, head_out)| attention_head(head_out, bi, &head));
     fits.then_some(result)
 }
 
-/// What one attention head reads.
+/// What one attention head reads: the whole tensors (`all`, each head's operands found by
+/// the batch strides) and the mask.
 pub(super) struct Head<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    all: OneHead<'a>,
     mask: Option<&'a [f32]>,
     mask_strides: Option<&'a [usize]>,
     batch: &'a [usize],
     sq: &'a [usize],
     sk: &'a [usize],
     sv: &'a [usize],
-    lq: usize,
-    lk: usize,
-    d: usize,
-    dv: usize,
-    scale: f32,
-    causal: bool,
 }
 
 impl Head<'_> {
@@ -86,10 +71,11 @@ impl Head<'_> {
 simd::multiversion! {
     /// One (batch, head) in query blocks, its mask row added to each block's scores.
     fn attention_head(head_out: &mut [f32], bi: usize, head: &Head<'_>) -> bool {
-        let Head { q, k, v, mask, mask_strides, batch, sq, sk, sv, lq, lk, d, dv, scale, causal } = *head;
+        let Head { all, mask, mask_strides, batch, sq, sk, sv } = *head;
+        let OneHead { q, k, v, lq, lk, d, dv, .. } = all;
         let (qb, kb, vb) = (head.offset(bi, sq) * lq * d, head.offset(bi, sk) * lk * d, head.offset(bi, sv) * lk * dv);
         let (Some(q), Some(k), Some(v)) = (q.get(qb..), k.get(kb..), v.get(vb..)) else { return false };
-        let one = OneHead { q, k, v, lq, lk, d, dv, scale, causal };
+        let one = OneHead { q, k, v, ..all };
         match (mask, mask_strides) {
             (Some(m), Some(st)) => {
                 let (base, si, sj) = (head.offset(bi, &st[..batch.len()]), st[batch.len()], st[batch.len() + 1]);
@@ -209,6 +195,7 @@ const QUERY_BLOCK: usize = 64;
 
 /// One head's operands, row-major at the start of each slice: queries `[lq, d]`, keys
 /// `[lk, d]`, values `[lk, dv]`.
+#[derive(Clone, Copy)]
 struct OneHead<'a> {
     q: &'a [f32],
     k: &'a [f32],

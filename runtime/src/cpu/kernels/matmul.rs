@@ -68,7 +68,7 @@ pub(super) fn gemm_into(
 ) -> bool {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     let out = View { data: dst, rows: m, cols: n, rs: dst_rs, cs: 1 };
-    if rhs.rows != k || !lhs.fits() || !rhs.fits() || !out.fits() {
+    if rhs.rows != k || dst_rs < n || !lhs.fits() || !rhs.fits() || !out.fits() {
         return false;
     }
     if m == 0 || n == 0 {
@@ -143,11 +143,6 @@ pub(super) fn matmul(
         // destination.
         return Some(c);
     }
-    if k == 0 {
-        // An empty contraction is zero; the epilogue still applies.
-        epilogue(&mut c, n, bias_row, act);
-        return Some(c);
-    }
     let product = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32], par: gemm::Parallelism| {
         let lhs = View { data: a.0.get(a_off..).unwrap_or_default(), rows, cols: k, rs: k, cs: 1 };
         let rhs = View { data: b.0.get(b_off..).unwrap_or_default(), rows: k, cols: n, rs: n, cs: 1 };
@@ -156,7 +151,9 @@ pub(super) fn matmul(
     if batches > 1 {
         let fits = c.par_chunks_mut(m * n).enumerate().all(|(i, dst)| {
             let done = product(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst, gemm::Parallelism::None);
-            epilogue(dst, n, bias_row, act);
+            if done {
+                epilogue(dst, n, bias_row, act);
+            }
             done
         });
         fits.then_some(c)
