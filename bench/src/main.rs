@@ -35,6 +35,10 @@ enum Command {
         /// Threads (default: all cores).
         #[arg(long)]
         threads: Option<usize>,
+        /// Pipelines (default: all): O0, O2, and O2-PASS for each fusion pass switched off
+        /// (O2-fuse-attention, ...), so a quick run can time O2 alone.
+        #[arg(long, value_delimiter = ',')]
+        sets: Vec<String>,
         /// Where manifests go.
         #[arg(short, long, default_value = "bench/results/manifests")]
         out: PathBuf,
@@ -111,7 +115,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
-        Command::Ablate { models, targets, repeats, threads, out } => {
+        Command::Ablate { models, targets, repeats, threads, sets, out } => {
             let chosen: Vec<workloads::Workload> = if models.is_empty() {
                 workloads::all()
             } else {
@@ -131,7 +135,15 @@ fn run(cli: Cli) -> Result<(), String> {
             let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
             std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
             let start = Instant::now();
-            let sets = ablate::pass_sets();
+            let mut all_sets = ablate::pass_sets();
+            if let Some(s) = sets.iter().find(|s| !all_sets.iter().any(|p| &p.label == *s)) {
+                let known: Vec<&str> = all_sets.iter().map(|p| p.label.as_str()).collect();
+                return Err(format!("unknown pipeline {s:?}; known: {}", known.join(", ")));
+            }
+            if !sets.is_empty() {
+                all_sets.retain(|p| sets.contains(&p.label));
+            }
+            let sets = all_sets;
             for w in &chosen {
                 for target in &targets {
                     for set in &sets {

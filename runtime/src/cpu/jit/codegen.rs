@@ -287,8 +287,9 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
         let r = self.sub(x, t);
         let t = self.mul(n, lo_c);
         let r = self.sub(r, t);
-        let mut p = self.c(1.0 / 5040.0);
-        for k in [1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+        let [c0, c1, c2, c3, c4, c5] = crate::cpu::simd::EXP_POLY;
+        let mut p = self.c(c5);
+        for k in [c4, c3, c2, c1, c0] {
             p = self.horner(k, r, p);
         }
         let bits = self.bits(shifted);

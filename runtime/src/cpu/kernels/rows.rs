@@ -67,21 +67,19 @@ simd::multiversion! {
 
 #[inline(always)]
 pub(super) fn softmax_in_place(row: &mut [f32]) {
-    let max = simd::max(row);
-    row.iter_mut().for_each(|v| *v = simd::exp(*v - max));
-    let inv = 1.0 / simd::sum(row);
+    let max = simd::max_for_shift(row);
+    let inv = 1.0 / simd::exp_shifted_in_place(row, max);
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
+/// Softmax of `row` into `o` (one length): the maximum, then the exponentials written and
+/// summed in one pass, then the scaling.
 #[inline(always)]
 pub(super) fn softmax_row(row: &[f32], o: &mut [MaybeUninit<f32>]) {
-    let max = simd::max(row);
-    for (d, &v) in o.iter_mut().zip(row) {
-        d.write(simd::exp(v - max));
-    }
-    // SAFETY: every value of `o` was written just above (`o` and `row` have one length).
+    let max = simd::max_for_shift(row);
+    let sum = simd::exp_shifted_into(row, max, o);
+    // SAFETY: `exp_shifted_into` wrote every value of `o` (`o` and `row` have one length).
     let o = unsafe { &mut *(o as *mut [MaybeUninit<f32>] as *mut [f32]) };
-    let sum = simd::sum(o);
     let inv = 1.0 / sum;
     o.iter_mut().for_each(|d| *d *= inv);
 }
@@ -164,10 +162,14 @@ pub(super) fn cross_entropy(x: (&[f32], &[usize]), targets: &Storage) -> Option<
     if width == 0 || targets.data.iter().any(|&t| !(t >= 0.0 && t < width as f64)) {
         return None; // no classes: the reference gives the empty result or the error
     }
-    let row = |(row, &t): (&[f32], &f64)| {
-        let max = simd::max(row);
-        let sum: f32 = row.iter().map(|&v| simd::exp(v - max)).sum();
-        max + sum.ln() - row[t as usize]
-    };
+    let row = |(row, &t): (&[f32], &f64)| log_sum_exp(row) - row[t as usize];
     Some(x.0.par_chunks(width).zip(targets.data.as_slice()?.par_iter()).map(row).collect())
+}
+
+simd::multiversion! {
+    /// `ln sum e^x` of a row, shifted by its maximum.
+    fn log_sum_exp(row: &[f32]) -> f32 {
+        let max = simd::max_for_shift(row);
+        max + simd::sum_exp_shifted(row, max).ln()
+    }
 }
