@@ -10,7 +10,7 @@ use std::mem::MaybeUninit;
 /// f32 rounding of the whole `exp`, under 2e-7 relative over the finite range). Five
 /// multiply-adds where the Taylor series needs seven for the same accuracy. The JIT
 /// evaluates the same table step for step.
-pub(crate) const EXP_POLY: [f32; 6] = [1.0, 1.0, 0.499_992_01, 0.166_671_34, 0.041_894_5, 0.008_312_049];
+pub(crate) const EXP_POLY: [f32; 6] = [1.0, 1.0, 0.499_992, 0.166_671_34, 0.041_894_5, 0.008_312_049];
 
 /// `e^x` for f32: `2^n * p(r)` with `x = n ln 2 + r`, `|r| <= ln2/2`, p the polynomial
 /// `EXP_POLY`; inputs are clamped to the finite range, NaN passes through the arithmetic.
