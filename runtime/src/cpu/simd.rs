@@ -147,24 +147,11 @@ pub fn sum(xs: &[f32]) -> f32 {
             acc[i] += c[i];
         }
     }
-    fold(&acc) + tail.iter().sum::<f32>()
+    halve(acc, |a, b| a + b) + tail.iter().sum::<f32>()
 }
 
 /// Lanes of one AVX-512 register: the block size for what is left after whole `ACC` blocks.
 const SMALL: usize = 16;
-
-/// The lanes' total of a `SMALL`-lane accumulator plus a scalar tail.
-#[inline(always)]
-fn fold_small(mut acc: [f32; SMALL], tail: f32) -> f32 {
-    let mut half = SMALL / 2;
-    while half >= 1 {
-        for i in 0..half {
-            acc[i] += acc[i + half];
-        }
-        half /= 2;
-    }
-    acc[0] + tail
-}
 
 /// `dst[i] = e^(src[i] - m)`, returning their sum in `SMALL` lanes: softmax's exponentials
 /// and their total in one pass over the row (`dst` may start uninitialised; the slices have
@@ -184,7 +171,7 @@ pub fn exp_shifted_into(src: &[f32], m: f32, dst: &mut [MaybeUninit<f32>]) -> f3
     for (dv, &sv) in d.into_remainder().iter_mut().zip(s.remainder()) {
         tail += *dv.write(exp(sv - m));
     }
-    fold_small(acc, tail)
+    halve(acc, |a, b| a + b) + tail
 }
 
 /// `row[i] = e^(row[i] - m)` in place, returning their sum (as `exp_shifted_into`).
@@ -203,7 +190,7 @@ pub fn exp_shifted_in_place(row: &mut [f32], m: f32) -> f32 {
         *v = exp(*v - m);
         tail += *v;
     }
-    fold_small(acc, tail)
+    halve(acc, |a, b| a + b) + tail
 }
 
 /// The sum of `e^(x - m)` over `xs`, in `SMALL` lanes (a log-sum-exp's sum).
@@ -217,7 +204,7 @@ pub fn sum_exp_shifted(xs: &[f32], m: f32) -> f32 {
             acc[i] += exp(c[i] - m);
         }
     }
-    fold_small(acc, tail)
+    halve(acc, |a, b| a + b) + tail
 }
 
 /// Sum of `(x - m)^2` in `ACC` lanes.
@@ -232,7 +219,7 @@ pub fn sum_sq_dev(xs: &[f32], m: f32) -> f32 {
             acc[i] += d * d;
         }
     }
-    fold(&acc) + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
+    halve(acc, |a, b| a + b) + rest.iter().map(|&v| (v - m) * (v - m)).sum::<f32>()
 }
 
 /// The largest value, NaN if any is NaN (the IR's `max`), in `ACC` lanes (the rest in
@@ -260,14 +247,7 @@ pub fn max(xs: &[f32]) -> f32 {
     }
     // Halve the lanes down to one: a step per halving, not a scalar pass over the last lanes
     // (whose NaN checks cost a short row as much as its values).
-    let mut half = ACC / 2;
-    while half >= 1 {
-        for i in 0..half {
-            acc[i] = step(acc[i], acc[i + half]);
-        }
-        half /= 2;
-    }
-    tail.iter().fold(acc[0], |m, &v| step(m, v))
+    tail.iter().fold(halve(acc, step), |m, &v| step(m, v))
 }
 
 /// The largest value with NaN skipped (`-inf` for an empty or all-NaN slice), one `maxps` a
@@ -288,28 +268,22 @@ pub fn max_for_shift(xs: &[f32]) -> f32 {
             acc[i] = step(acc[i], c[i]);
         }
     }
-    let mut half = SMALL / 2;
+    tail.iter().fold(halve(acc, step), |m, &v| step(m, v))
+}
+
+/// The lanes combined by `step` pairwise by halving (the upper half into the lower, until
+/// one lane is left): a dependent step per halving, not one per lane. Every reduction here
+/// ends with it.
+#[inline(always)]
+fn halve<const N: usize>(mut acc: [f32; N], step: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut half = N / 2;
     while half >= 1 {
         for i in 0..half {
             acc[i] = step(acc[i], acc[i + half]);
         }
         half /= 2;
     }
-    tail.iter().fold(acc[0], |m, &v| step(m, v))
-}
-
-/// The lanes' total, pairwise by halving: a dependent add per halving, not one per lane.
-#[inline(always)]
-fn fold(acc: &[f32; ACC]) -> f32 {
-    let mut a = *acc;
-    let mut half = ACC / 2;
-    while half >= 1 {
-        for i in 0..half {
-            a[i] += a[i + half];
-        }
-        half /= 2;
-    }
-    a[0]
+    acc[0]
 }
 
 /// The kernel paths, widest first: which one runs is the widest the CPU has, unless the
@@ -423,7 +397,7 @@ pub(crate) use multiversion;
 mod tests {
     use super::*;
 
-    /// `sum` and `max` at every length across the block sizes (whole `ACC` blocks, `SMALL`
+    /// `sum`, `max` and `max_for_shift` at every length across the block sizes (whole `ACC` blocks, `SMALL`
     /// blocks of the rest, a scalar tail) against plain loops in f64; `max` is NaN wherever
     /// a NaN sits. Tolerance for the sum: 1e-6 relative to the sum of magnitudes.
     #[test]
@@ -435,11 +409,15 @@ mod tests {
             assert!((f64::from(sum(&xs)) - want).abs() <= 1e-6 * mag, "sum of {n}");
             let top = xs.iter().copied().fold(f32::NEG_INFINITY, f32::max);
             assert_eq!(max(&xs), top, "max of {n}");
+            assert_eq!(max_for_shift(&xs), top, "max_for_shift of {n}");
             for at in [0, n / 2, n.saturating_sub(1)] {
                 if at < n {
                     let mut with_nan = xs.clone();
                     with_nan[at] = f32::NAN;
                     assert!(max(&with_nan).is_nan(), "NaN at {at} of {n}");
+                    // NaN skipped: the largest of the others.
+                    let others = with_nan.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
+                    assert_eq!(max_for_shift(&with_nan), others, "max_for_shift with NaN at {at} of {n}");
                 }
             }
         }
