@@ -146,16 +146,16 @@ fn run(cli: Cli) -> Result<(), String> {
             let sets = all_sets;
             for w in &chosen {
                 for target in &targets {
-                    for set in &sets {
-                        let m = ablate::measure(target, w, set, threads, repeats, 200.0)?;
-                        let file = out.join(format!("{}__{}__{}t__{}.json", w.name, target, threads, set.label));
+                    for m in ablate::measure(target, w, &sets, threads, repeats, 200.0)? {
+                        let label = &m.pipeline.label;
+                        let file = out.join(format!("{}__{}__{}t__{label}.json", w.name, target, threads));
                         manifest::write(&m, &file)?;
                         eprintln!(
                             "{:>20} {:>6} {}t {:<26} median {:>10.3} ms  (95% CI {:.3}..{:.3}, n={}, {} kernels)",
                             w.name,
                             target,
                             threads,
-                            set.label,
+                            label,
                             m.stats.median_ms,
                             m.stats.ci95_ms[0],
                             m.stats.ci95_ms[1],

@@ -99,6 +99,8 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
         short_names().join(" | ")
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|{}", "---|".repeat(short_names().len()));
+    // Passes whose absence made a workload measurably faster: what the report must not hide.
+    let mut slower: Vec<String> = Vec::new();
     for ((name, target, threads), runs) in &groups {
         let Some(o2) = median(runs, "O2") else { continue };
         let o0 = median(runs, "O0");
@@ -117,10 +119,22 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
         for p in crate::ablate::fusion_passes() {
             match median(runs, &format!("O2-{p}")) {
                 Some(v) => {
-                    let same = same_program(runs[&format!("O2-{p}")], runs["O2"]);
-                    let _ = write!(row, " {:.2}x{} |", v / o2, if same { "=" } else { "" });
+                    let off = runs[&format!("O2-{p}")];
+                    let same = same_program(off, runs["O2"]);
+                    let (ratio, noise) = buys(off, runs["O2"]).unwrap_or((v / o2, false));
+                    let mark = if same {
+                        "="
+                    } else if noise {
+                        "~"
+                    } else {
+                        ""
+                    };
+                    let _ = write!(row, " {ratio:.2}x{mark} |");
+                    if mark.is_empty() && ratio < 1.0 {
+                        slower.push(format!("{p} on {name} ({target}, {threads} threads; {ratio:.2}x)"));
+                    }
                     if !same {
-                        bars.push((p.trim_start_matches("fuse-").into(), v / o2));
+                        bars.push((p.trim_start_matches("fuse-").into(), ratio));
                     }
                 }
                 None => row.push_str(" - |"),
@@ -132,9 +146,17 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
     }
     let _ = writeln!(
         md,
-        "\n`=`: switching the pass off left the program's kernels unchanged (the pass found nothing to fuse, \
-         or another pass fused the same ops), so the ratio is noise.\n"
+        "\nThe pipelines of a workload ran interleaved (one run of each per round), so a ratio is the median \
+         of the per-round ratios t(O2 without the pass) / t(O2). `=`: switching the pass off left the \
+         program's kernels unchanged (the pass found nothing to fuse, or another pass fused the same ops), so \
+         the ratio is noise. `~`: the program changed but the ratio's 95% confidence interval (distribution-free, \
+         over the rounds) contains 1.0: no difference this machine could measure.\n"
     );
+    if slower.is_empty() {
+        let _ = writeln!(md, "No fusion pass made a workload measurably slower than its absence.\n");
+    } else {
+        let _ = writeln!(md, "Fusion passes that made a workload measurably slower: {}.\n", slower.join("; "));
+    }
     for ((name, target, threads), runs) in &groups {
         if runs.contains_key("O2") {
             let _ = writeln!(md, "![{name}](speedup_{name}_{target}_{threads}t.svg)");
@@ -147,6 +169,15 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
     generation(&mut md, ms);
     std::fs::write(out.join("report.md"), &md).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(md)
+}
+
+/// What switching a pass off costs, from runs timed in the same rounds: the median of the
+/// per-round ratios t(off) / t(O2), and whether its 95% interval contains 1.0 (no measurable
+/// difference). `None` when the runs cannot be paired (different counts of timings).
+fn buys(off: &Manifest, o2: &Manifest) -> Option<(f64, bool)> {
+    let ratios = crate::stats::paired_ratios(&off.timings_ms, &o2.timings_ms)?;
+    let (median, [lo, hi]) = crate::stats::median_ci95(&ratios)?;
+    Some((median, lo <= 1.0 && 1.0 <= hi))
 }
 
 /// The same kernels per op kind: the pass changed nothing.
@@ -201,7 +232,8 @@ fn transfer(md: &mut String, groups: &Grouped<'_>) {
             if same_program(runs[&label], runs["O2"]) {
                 continue;
             }
-            let alone = op_off / op_o2;
+            let alone = buys(op_runs[&label], op_runs["O2"]).map_or(op_off / op_o2, |b| b.0);
+            let measured = buys(runs[&label], runs["O2"]).map_or(m_off / m_o2, |b| b.0);
             let fused = runs["O2"].kernel_ms_by_op.get(produced_by(pass)).copied().unwrap_or(0.0);
             let unfused = (m_off - (m_o2 - fused)).max(0.0);
             let share = (unfused / m_off).clamp(0.0, 1.0);
@@ -214,9 +246,8 @@ fn transfer(md: &mut String, groups: &Grouped<'_>) {
             let _ = writeln!(
                 md,
                 "| {model} | {target} | {threads} | {pass} | {alone:.2}x | {fused_s} | {unfused:.2} | {in_model} | {:.1}% | \
-                 {predicted:.2}x | {:.2}x |",
+                 {predicted:.2}x | {measured:.2}x |",
                 share * 100.0,
-                m_off / m_o2
             );
         }
     }

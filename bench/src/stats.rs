@@ -63,3 +63,42 @@ pub fn t_975(df: usize) -> f64 {
         + (5.0 * z5 + 16.0 * z3 + 3.0 * z) / (96.0 * v * v)
         + (3.0 * z7 + 19.0 * z5 + 17.0 * z3 - 15.0 * z) / (384.0 * v * v * v)
 }
+
+/// The median of `xs` with a distribution-free 95% confidence interval: the order statistics
+/// x(k) and x(n+1-k), k the largest rank with P(Binomial(n, 1/2) < k) <= 0.025, so that the
+/// interval covers the true median with at least 95% probability whatever the distribution
+/// (timings are skewed: a slow outlier must not move it as it moves a mean's). With fewer than
+/// 6 values no such k exists and the interval is the whole range. `None` for no values.
+pub fn median_ci95(xs: &[f64]) -> Option<(f64, [f64; 2])> {
+    if xs.is_empty() {
+        return None;
+    }
+    let n = xs.len();
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+    // P(X <= j) for X ~ Binomial(n, 1/2), summed in log space (0.5^n underflows past n ~ 1000).
+    let ln_half_n = n as f64 * 0.5f64.ln();
+    let mut ln_choose = 0.0f64; // ln C(n, j)
+    let mut cdf = 0.0f64;
+    let mut k = 0; // P(X < k) <= 0.025 holds for k = 0 trivially
+    for j in 0..n {
+        if j > 0 {
+            ln_choose += ((n - j + 1) as f64).ln() - (j as f64).ln();
+        }
+        cdf += (ln_choose + ln_half_n).exp();
+        if cdf > 0.025 {
+            break;
+        }
+        k = j + 1;
+    }
+    let (lo, hi) = if k == 0 { (sorted[0], sorted[n - 1]) } else { (sorted[k - 1], sorted[n - k]) };
+    Some((median, [lo, hi]))
+}
+
+/// Ratios `num[i] / den[i]` of two runs timed in the same rounds (the ablation interleaves its
+/// pipelines, so the i-th timings of two manifests ran side by side); `None` unless both have
+/// the same number of timings.
+pub fn paired_ratios(num: &[f64], den: &[f64]) -> Option<Vec<f64>> {
+    (num.len() == den.len() && !num.is_empty()).then(|| num.iter().zip(den).map(|(a, b)| a / b).collect())
+}

@@ -5,7 +5,7 @@
 use rustral_bench::ablate::{PassSet, measure};
 use rustral_bench::manifest::{self, validate};
 use rustral_bench::report;
-use rustral_bench::stats::{summarize, t_975};
+use rustral_bench::stats::{median_ci95, paired_ratios, summarize, t_975};
 use rustral_bench::workloads;
 use rustral_passes::OptLevel;
 
@@ -41,9 +41,35 @@ fn t_quantiles_match_tables() {
     assert!((t_975(1_000_000) - 1.959964).abs() < 1e-5);
 }
 
-fn small_run(label: &str, level: OptLevel, disabled: Vec<&'static str>) -> manifest::Manifest {
+#[test]
+fn median_intervals_are_order_statistics() {
+    // n = 10: P(Binomial(10, 1/2) <= 1) = 11/1024 <= 0.025 < P(<= 2) = 56/1024, so k = 2 and the
+    // interval is [x(2), x(9)] of the sorted values.
+    let xs = [9.0, 1.0, 8.0, 2.0, 7.0, 3.0, 6.0, 4.0, 5.0, 10.0];
+    assert_eq!(median_ci95(&xs), Some((5.5, [2.0, 9.0])));
+    // n = 5: even P(X = 0) = 1/32 > 0.025, so only the whole range covers the median at 95%.
+    assert_eq!(median_ci95(&[3.0, 1.0, 2.0, 5.0, 4.0]), Some((3.0, [1.0, 5.0])));
+    // n = 100: the textbook ranks are 40 and 61 (P(X <= 39) = 0.0176, P(X <= 40) = 0.0284).
+    let hundred: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+    assert_eq!(median_ci95(&hundred), Some((50.5, [40.0, 61.0])));
+    // n = 2000 does not underflow (0.5^2000 is below f64's range): ranks 956 and 1045, from
+    // exact binomial sums (Python's math.comb), near the normal approximation's
+    // 1000.5 -/+ 1.96 * sqrt(500) = 956.7 .. 1044.3.
+    let many: Vec<f64> = (1..=2000).map(f64::from).collect();
+    assert_eq!(median_ci95(&many), Some((1000.5, [956.0, 1045.0])));
+    assert_eq!(median_ci95(&[]), None);
+
+    assert_eq!(paired_ratios(&[2.0, 9.0], &[1.0, 3.0]), Some(vec![2.0, 3.0]));
+    assert_eq!(paired_ratios(&[2.0], &[1.0, 3.0]), None, "runs of different rounds do not pair");
+}
+
+fn small_runs(sets: Vec<PassSet>) -> Vec<manifest::Manifest> {
     let w = workloads::by_name("layer_norm").expect("layer_norm workload");
-    measure("cpu", &w, &PassSet { label: label.into(), level, disabled }, 1, 3, 0.0).expect("runs")
+    measure("cpu", &w, &sets, 1, 3, 0.0).expect("runs")
+}
+
+fn small_run(label: &str, level: OptLevel, disabled: Vec<&'static str>) -> manifest::Manifest {
+    small_runs(vec![PassSet { label: label.into(), level, disabled }]).remove(0)
 }
 
 #[test]
@@ -74,11 +100,13 @@ fn manifests_validate_and_a_missing_field_fails() {
 #[test]
 fn report_renders_tables_and_charts() {
     let dir = tempfile::tempdir().unwrap();
-    let ms = [
-        small_run("O0", OptLevel::O0, vec![]),
-        small_run("O2", OptLevel::O2, vec![]),
-        small_run("O2-fuse-layer-norm", OptLevel::O2, vec!["fuse-layer-norm"]),
-    ];
+    let ms = small_runs(vec![
+        PassSet { label: "O0".into(), level: OptLevel::O0, disabled: vec![] },
+        PassSet { label: "O2".into(), level: OptLevel::O2, disabled: vec![] },
+        PassSet { label: "O2-fuse-layer-norm".into(), level: OptLevel::O2, disabled: vec!["fuse-layer-norm"] },
+    ]);
+    // Interleaved: every pipeline ran the same rounds, so their timings pair.
+    assert!(ms.iter().all(|m| m.timings_ms.len() == ms[0].timings_ms.len()));
     for (i, m) in ms.iter().enumerate() {
         manifest::write(m, &dir.path().join(format!("{i}.json"))).unwrap();
     }
@@ -88,6 +116,19 @@ fn report_renders_tables_and_charts() {
     assert!(md.contains("| layer_norm | cpu | 1 |"), "{md}");
     let o0 = ms[0].stats.median_ms / ms[1].stats.median_ms;
     assert!(md.contains(&format!("{o0:.2}x")), "the O0 / O2 ratio is in the table:\n{md}");
+    // What fuse-layer-norm buys is the median of the paired per-round ratios.
+    let ratios = paired_ratios(&ms[2].timings_ms, &ms[1].timings_ms).unwrap();
+    let buys = median_ci95(&ratios).unwrap().0;
+    assert!(md.contains(&format!("{buys:.2}x")), "the paired ratio {buys:.2}x is in the table:\n{md}");
+    assert!(md.contains("No fusion pass made a workload measurably slower"), "{md}");
+
+    // The same runs with the unfused pipeline's timings halved: the pass now costs time, and
+    // the report says so by name.
+    let mut faster_off = ms.clone();
+    faster_off[2].timings_ms = ms[1].timings_ms.iter().map(|t| t * 0.5).collect();
+    faster_off[2].stats = summarize(&faster_off[2].timings_ms);
+    let md_slow = report::render(&faster_off, dir.path()).unwrap();
+    assert!(md_slow.contains("measurably slower: fuse-layer-norm on layer_norm (cpu, 1 threads;"), "{md_slow}");
     let svg = std::fs::read_to_string(dir.path().join("speedup_layer_norm_cpu_1t.svg")).unwrap();
     assert!(svg.contains("<svg") && svg.contains("layer-norm"), "{svg}");
 }
