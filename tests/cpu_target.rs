@@ -153,3 +153,43 @@ fn cross_entropy_over_no_classes() {
     let s = Session::compile(&g(2), Target::Cpu, &CompileOptions::default()).unwrap();
     assert!(s.run(&feeds(2)).unwrap_err().to_string().contains("out of range"));
 }
+
+/// `matmul_epilogue` in each of the kernel's paths, against the reference interpreter: a
+/// weight shared by every batch (one tall GEMM onto the repeated bias), a weight per batch
+/// (one GEMM per batch), a single product, and an empty contraction (the output is the bias,
+/// activated). Every activation; 1e-5 absolute + 1e-5 relative (f32 accumulation).
+#[test]
+fn matmul_epilogue_matches_the_reference_in_every_path() {
+    let cases: [(&[usize], &[usize]); 4] =
+        [(&[3, 2, 5, 7], &[7, 6]), (&[3, 5, 7], &[3, 7, 6]), (&[5, 7], &[7, 6]), (&[2, 5, 0], &[0, 6])];
+    let dims = |s: &[usize]| s.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+    for (a, w) in cases {
+        let mut out = a.to_vec();
+        *out.last_mut().unwrap() = 6;
+        for act in ["none", "relu", "gelu_erf", "gelu_tanh", "silu", "tanh", "sigmoid"] {
+            let g = rustral::ir::parse_verified(&format!(
+                "graph \"e\" {{\n  %0: f32[{}] = input \"a\"\n  %1: f32[{}] = input \"w\"\n  %2: f32[6] = input \"b\"\n  %3: f32[{}] = matmul_epilogue %0, %1, %2 {{activation={act}}}\n  output \"y\" = %3\n}}\n",
+                dims(a),
+                dims(w),
+                dims(&out)
+            ))
+            .unwrap();
+            let n = |s: &[usize]| s.iter().product::<usize>();
+            let feeds = [
+                ("a".to_string(), HostTensor::new(DType::F32, a, common::values(1, n(a))).unwrap()),
+                ("w".to_string(), HostTensor::new(DType::F32, w, common::values(2, n(w))).unwrap()),
+                ("b".to_string(), HostTensor::new(DType::F32, &[6], common::values(3, 6)).unwrap()),
+            ];
+            let want = evaluate(&g, &feeds.iter().cloned().collect()).unwrap();
+            let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+            for threads in [1, 2] {
+                let s = Session::compile(&g, Target::Cpu, &CompileOptions { threads, ..CompileOptions::default() })
+                    .unwrap();
+                let what = format!("{a:?} x {w:?} {act} at {threads} threads");
+                let times = s.profile(&refs).unwrap().unwrap();
+                assert!(times.iter().all(|k| !k.fallback), "{what} fell back to the reference");
+                max_error(&want, &s.run(&refs).unwrap(), 1e-5, 1e-5, &what);
+            }
+        }
+    }
+}

@@ -227,7 +227,7 @@ fn attend_blocks(out: &mut [f32], h: &OneHead<'_>, add_mask: impl Fn(usize, &mut
         let Some(qs) = q.get(i0 * d..) else { return false };
         let qv = View { data: qs, rows, cols: d, rs: d, cs: 1 };
         let kt = View { data: k, rows: d, cols: width, rs: 1, cs: d };
-        if !gemm_into(s, width, qv, kt, scale, gemm::Parallelism::None) {
+        if !gemm_into(s, width, qv, kt, scale, false, gemm::Parallelism::None) {
             return false;
         }
         for r in 0..rows {
@@ -246,7 +246,7 @@ fn attend_blocks(out: &mut [f32], h: &OneHead<'_>, add_mask: impl Fn(usize, &mut
         let w = if later.iter().all(|x| x.is_finite()) { width } else { first };
         let pv = View { data: s, rows, cols: w, rs: width, cs: 1 };
         let vv = View { data: v, rows: w, cols: dv, rs: dv, cs: 1 };
-        if !gemm_into(block_out, dv, pv, vv, 1.0, gemm::Parallelism::None) {
+        if !gemm_into(block_out, dv, pv, vv, 1.0, false, gemm::Parallelism::None) {
             return false;
         }
         if w < width {

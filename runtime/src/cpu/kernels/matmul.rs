@@ -4,29 +4,18 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
-#[inline(always)]
-pub(super) fn each(rows: &mut [f32], n: usize, bias: Option<&[f32]>, f: impl Fn(f32) -> f32 + Copy) {
-    for row in rows.chunks_mut(n) {
-        match bias {
-            Some(b) => row.iter_mut().zip(b).for_each(|(v, &bb)| *v = f(*v + bb)),
-            None => row.iter_mut().for_each(|v| *v = f(*v)),
-        }
-    }
-}
-
 simd::multiversion! {
-    /// Add the bias row and apply the activation to GEMM output rows of width `n`, with the
-    /// activation chosen outside the loop so each loop vectorises.
-    fn epilogue(rows: &mut [f32], n: usize, bias: Option<&[f32]>, act: Activation) {
+    /// Apply the activation to GEMM output values (the bias is already in them), the
+    /// activation chosen outside the loop so that each loop vectorises.
+    fn epilogue(values: &mut [f32], act: Activation) {
         match act {
-            Activation::None if bias.is_none() => {}
-            Activation::None => each(rows, n, bias, identity),
-            Activation::Relu => each(rows, n, bias, relu),
-            Activation::GeluErf => each(rows, n, bias, gelu_erf),
-            Activation::GeluTanh => each(rows, n, bias, gelu_tanh),
-            Activation::Silu => each(rows, n, bias, silu),
-            Activation::Tanh => each(rows, n, bias, simd::tanh),
-            Activation::Sigmoid => each(rows, n, bias, sigmoid),
+            Activation::None => {}
+            Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v)),
+            Activation::GeluErf => values.iter_mut().for_each(|v| *v = gelu_erf(*v)),
+            Activation::GeluTanh => values.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+            Activation::Silu => values.iter_mut().for_each(|v| *v = silu(*v)),
+            Activation::Tanh => values.iter_mut().for_each(|v| *v = simd::tanh(*v)),
+            Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v)),
         }
     }
 }
@@ -55,15 +44,17 @@ impl View<'_> {
     }
 }
 
-/// `dst = scale * lhs . rhs` by the `gemm` crate, `dst` row-major with row stride `dst_rs`;
-/// false (nothing written) when a view or `dst` does not fit its slice, so that a caller
-/// gives the work back to the reference rather than reading out of bounds.
+/// `dst = scale * lhs . rhs` (or `dst += ...` when `accumulate`) by the `gemm` crate, `dst`
+/// row-major with row stride `dst_rs`; false (nothing written) when a view or `dst` does not
+/// fit its slice, so that a caller gives the work back to the reference rather than reading
+/// out of bounds.
 pub(super) fn gemm_into(
     dst: &mut [f32],
     dst_rs: usize,
     lhs: View<'_>,
     rhs: View<'_>,
     scale: f32,
+    accumulate: bool,
     par: gemm::Parallelism,
 ) -> bool {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
@@ -76,7 +67,9 @@ pub(super) fn gemm_into(
     }
     if k == 0 {
         // An empty contraction is zero (the GEMM must not run on it).
-        dst.chunks_mut(dst_rs).take(m).for_each(|row| row[..n].fill(0.0));
+        if !accumulate {
+            dst.chunks_mut(dst_rs).take(m).for_each(|row| row[..n].fill(0.0));
+        }
         return true;
     }
     // SAFETY: `fits` checked that every element the three views address lies in its slice.
@@ -88,14 +81,14 @@ pub(super) fn gemm_into(
             dst.as_mut_ptr(),
             1,
             dst_rs as isize,
-            false,
+            accumulate,
             lhs.data.as_ptr(),
             lhs.cs as isize,
             lhs.rs as isize,
             rhs.data.as_ptr(),
             rhs.cs as isize,
             rhs.rs as isize,
-            0.0,
+            if accumulate { 1.0 } else { 0.0 },
             scale,
             false,
             false,
@@ -106,9 +99,10 @@ pub(super) fn gemm_into(
     true
 }
 
-/// Batched matmul (batch dims broadcast) with an optional bias over the last axis and an
-/// activation applied to each output block right after its GEMM, while it is in cache. The
-/// GEMM is the `gemm` crate's; batches run in parallel, a single product uses its own
+/// Batched matmul (batch dims broadcast) with an optional bias over the last axis, which the
+/// GEMM accumulates onto, and an activation applied to each output block right after its
+/// GEMM, while it is in cache. The GEMM is the `gemm` crate's; a weight shared by every batch
+/// makes one tall GEMM, other batches run in parallel, and a single product uses its own
 /// parallel kernel on the pool's threads.
 pub(super) fn matmul(
     a: (&[f32], &[usize]),
@@ -137,7 +131,14 @@ pub(super) fn matmul(
         }
         off
     };
-    let mut c = vec![0.0f32; batches * m * n];
+    // The bias goes in first and the GEMM adds the product to it (`dst = dst + a.b` is what
+    // its micro-kernel does anyway from the second block of the contraction on), so no pass
+    // over the output adds it afterwards; only an activation is left to the epilogue.
+    let mut c = match bias_row {
+        Some(row) => row.repeat(batches * m),
+        None => vec![0.0f32; batches * m * n],
+    };
+    let accumulate = bias_row.is_some();
     if c.is_empty() {
         // No product to write (a zero batch dim, m or n): the GEMM must not run on an empty
         // destination.
@@ -146,13 +147,18 @@ pub(super) fn matmul(
     let product = |a_off: usize, b_off: usize, rows: usize, dst: &mut [f32], par: gemm::Parallelism| {
         let lhs = View { data: a.0.get(a_off..).unwrap_or_default(), rows, cols: k, rs: k, cs: 1 };
         let rhs = View { data: b.0.get(b_off..).unwrap_or_default(), rows: k, cols: n, rs: n, cs: 1 };
-        gemm_into(dst, n, lhs, rhs, 1.0, par)
+        gemm_into(dst, n, lhs, rhs, 1.0, accumulate, par)
     };
-    if batches > 1 {
+    // A right operand shared by every batch (its batch strides all zero, as a weight is) against
+    // left batches laid out one after another: one GEMM of `batches * m` rows, as for
+    // `[batch, seq, d] x [d, n]`, so that the weight is packed once rather than once per batch
+    // and the product runs on the pool's threads however few the batches.
+    let stacked = batches > 1 && sb.iter().all(|&s| s == 0) && (0..batches).all(|i| offset(i, &sa, m * k) == i * m * k);
+    if batches > 1 && !stacked {
         let fits = c.par_chunks_mut(m * n).enumerate().all(|(i, dst)| {
             let done = product(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst, gemm::Parallelism::None);
             if done {
-                epilogue(dst, n, bias_row, act);
+                epilogue(dst, act);
             }
             done
         });
@@ -160,12 +166,15 @@ pub(super) fn matmul(
     } else {
         let threads = rayon::current_num_threads();
         let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
-        if !product(0, 0, m, &mut c, par) {
+        let rows = if stacked { batches * m } else { m };
+        if !product(0, 0, rows, &mut c, par) {
             return None;
         }
         // One product's output is spread over the pool's threads, so its epilogue is too
         // (on one thread it would cost as much as the GEMM's own parallel speed-up saves).
-        c.par_chunks_mut(EPILOGUE_ROWS * n).for_each(|rows| epilogue(rows, n, bias_row, act));
+        if act != Activation::None {
+            c.par_chunks_mut(EPILOGUE_ROWS * n).for_each(|rows| epilogue(rows, act));
+        }
         Some(c)
     }
 }

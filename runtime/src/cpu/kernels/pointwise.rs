@@ -79,11 +79,6 @@ pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + simd::exp(-x))
 }
 
-#[inline(always)]
-pub(super) fn identity(x: f32) -> f32 {
-    x
-}
-
 /// A fused elementwise body: compiled by Cranelift (`jit`) unless the caller asks for the
 /// interpreter or Cranelift cannot compile it here.
 pub(super) fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize], jit: bool) -> Option<Vec<f32>> {
