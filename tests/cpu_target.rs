@@ -193,3 +193,35 @@ fn matmul_epilogue_matches_the_reference_in_every_path() {
         }
     }
 }
+
+/// Permutes that keep the last axis last (row copies, planes split into tasks when large)
+/// and that move it (strided gathers), ranks 1 to 4: exact, against the reference.
+#[test]
+fn permutes_are_exact() {
+    let cases: [(&[usize], &[usize]); 7] = [
+        (&[7], &[0]),
+        (&[2, 9, 3, 5], &[0, 2, 1, 3]),
+        (&[2, 9, 3, 5], &[2, 0, 1, 3]),
+        (&[1, 5000, 7], &[1, 0, 2]),
+        (&[3, 4, 5], &[2, 0, 1]),
+        (&[2, 3, 4, 5], &[3, 1, 0, 2]),
+        (&[1, 3000, 8], &[0, 1, 2]),
+    ];
+    for (dims, perm) in cases {
+        let out: Vec<usize> = perm.iter().map(|&p| dims[p]).collect();
+        let list = |s: &[usize]| s.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ");
+        let g = rustral::ir::parse_verified(&format!(
+            "graph \"p\" {{\n  %0: f32[{}] = input \"x\"\n  %1: f32[{}] = permute %0 {{perm=[{}]}}\n  output \"y\" = %1\n}}\n",
+            list(dims),
+            list(&out),
+            list(perm)
+        ))
+        .unwrap();
+        let n: usize = dims.iter().product();
+        let x = HostTensor::new(DType::F32, dims, (0..n).map(|i| i as f64).collect()).unwrap();
+        let want = evaluate(&g, &[("x".to_string(), x.clone())].into_iter().collect()).unwrap();
+        let s = Session::compile(&g, Target::Cpu, &CompileOptions { threads: 2, ..CompileOptions::default() }).unwrap();
+        let got = s.run(&[("x", x)]).unwrap();
+        assert_eq!(got[0].1.to_vec(), want[0].1.to_vec(), "{dims:?} by {perm:?}");
+    }
+}

@@ -19,7 +19,10 @@ pub(super) fn gather_rows<T: Copy>(table: (&[T], &[usize]), ids: &Storage) -> Op
     Some(out)
 }
 
-/// `out[idx] = x[idx permuted back]`, an output row at a time (rows in parallel).
+/// Values a permute task copies at least (smaller tasks cost more in scheduling than in work).
+const PERMUTE_TASK: usize = 16 * 1024;
+
+/// `out[idx] = x[idx permuted back]`, an output row at a time (planes of rows in parallel).
 pub(super) fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> Vec<f32> {
     let mut contiguous = vec![1usize; x.1.len()];
     for i in (0..x.1.len().saturating_sub(1)).rev() {
@@ -38,25 +41,36 @@ pub(super) fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> V
     if swaps_last_two {
         return transpose_last_two(x.0, x.1[rank - 2], x.1[rank - 1]);
     }
-    // One output row (the last axis) at a time, in parallel: a contiguous copy when the last
-    // axis stays last, else a gather with the input stride of the axis that lands there.
+    // One output row (the last axis) at a time: a contiguous copy when the last axis stays
+    // last, else a gather with the input stride of the axis that lands there. Tasks are
+    // planes of the last two output axes, so that the input offset is found by division once
+    // per plane and then stepped along the plane's rows (a head split `[b, s, h, d] -> [b, h,
+    // s, d]` copies rows of `d` values).
     let width = out[rank - 1];
     let step = st[rank - 1];
+    let (height, row_step) = if rank >= 2 { (out[rank - 2], st[rank - 2]) } else { (1, 0) };
     let mut result = vec![0.0f32; total];
-    let outer = &out[..rank - 1];
-    result.par_chunks_mut(width).enumerate().for_each(|(row, dst)| {
-        let (mut rem, mut base) = (row, 0);
+    let outer = &out[..rank.saturating_sub(2)];
+    result.par_chunks_mut(height * width).enumerate().for_each(|(plane, dst)| {
+        let (mut rem, mut base) = (plane, 0);
         for dd in (0..outer.len()).rev() {
             base += (rem % outer[dd]) * st[dd];
             rem /= outer[dd];
         }
-        if step == 1 {
-            dst.copy_from_slice(&x.0[base..base + width]);
-        } else {
-            for (j, d) in dst.iter_mut().enumerate() {
-                *d = x.0[base + j * step];
+        // A large plane is split further (a `[1, rows, d]` permute has one plane).
+        let rows_per_task = (PERMUTE_TASK / width).max(1);
+        dst.par_chunks_mut(rows_per_task * width).enumerate().for_each(|(task, dst)| {
+            for (r, dst) in dst.chunks_exact_mut(width).enumerate() {
+                let at = base + (task * rows_per_task + r) * row_step;
+                if step == 1 {
+                    dst.copy_from_slice(&x.0[at..at + width]);
+                } else {
+                    for (j, d) in dst.iter_mut().enumerate() {
+                        *d = x.0[at + j * step];
+                    }
+                }
             }
-        }
+        });
     });
     result
 }
