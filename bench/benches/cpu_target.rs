@@ -1,7 +1,9 @@
 //! The CPU target on the workloads, fused (O2) against op-by-op (O0), on 1 and 2
 //! threads: LayerNorm [8,128,768], GELU tanh [8,128,3072], GEMM 1024^3, a GPT-2-small block
-//! (batch 8, seq 128), causal attention [8,12,128,64] and softmax [8,12,128,128] (O2: the fused
-//! kernel, O0: matmul, mask, softmax, matmul), MiniLM-L6 (batch 32, seq 128), plus a fused elementwise chain compiled
+//! (batch 8, seq 128), causal attention [8,12,128,64], MiniLM's padded attention [8,12,128,32]
+//! and softmax [8,12,128,128] (O2: the fused kernel, O0: matmul, mask, softmax, matmul), the
+//! head-split permute [8,128,12,64] -> [8,12,128,64], an LM loss's cross-entropy of [8,128,8192]
+//! logits, MiniLM-L6 (batch 32, seq 128), plus a fused elementwise chain compiled
 //! by Cranelift against the interpreter. The workloads are `rustral_bench::workloads`; PyTorch's
 //! side is `fixtures/perf/torch_anchors.py` and `bench/python/torch_bench.py`.
 //!
@@ -9,7 +11,8 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rustral_bench::workloads::{
-    attention, elementwise_chain, gelu_tanh, gemm, gpt2_block, layer_norm, minilm, softmax,
+    attention, cross_entropy, elementwise_chain, gelu_tanh, gemm, gpt2_block, head_split, layer_norm, minilm,
+    padded_attention, softmax,
 };
 use rustral_bench::{Prepared, prepare};
 use rustral_frontend::Traced;
@@ -38,7 +41,8 @@ fn bench(
     }
     for &level in levels {
         for threads in [1, 2] {
-            let p = prepare(traced, level, threads, sizes, 30000);
+            // Ids below 1000: within every vocabulary here (the loss's 8192 classes too).
+            let p = prepare(traced, level, threads, sizes, 1000);
             let label = if level == OptLevel::O0 { "op_by_op" } else { "fused" };
             group.bench_function(format!("{label}_{threads}t_{}_kernels", p.kernels), |b| b.iter(|| run(&p)));
         }
@@ -71,7 +75,10 @@ fn cpu_target(c: &mut Criterion) {
     bench(c, "layer_norm_8x128x768", &layer_norm(), &both, &[], None, 3);
     bench(c, "gelu_tanh_8x128x3072", &gelu_tanh(), &both, &[], None, 3);
     bench(c, "attention_8x12x128x64_causal", &attention(), &both, &[], None, 3);
+    bench(c, "attention_8x12x128x32_padding_mask", &padded_attention(), &both, &[], None, 3);
     bench(c, "softmax_8x12x128x128", &softmax(), &both, &[], None, 3);
+    bench(c, "cross_entropy_8x128x8192", &cross_entropy(), &both, &[], None, 3);
+    bench(c, "head_split_permute_8x128x12x64", &head_split(), &[OptLevel::O2], &[], None, 2);
     bench(c, "gemm_1024", &gemm(1024), &[OptLevel::O2], &[], Some(2 * 1024 * 1024 * 1024), 5);
     bench(c, "gpt2_small_block_b8_s128", &gpt2_block(), &both, &[], None, 10);
     bench(c, "minilm_l6_b32_s128", &minilm(), &[OptLevel::O2], &[("batch", 32), ("seq", 128)], None, 20);

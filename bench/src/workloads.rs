@@ -127,6 +127,29 @@ pub fn attention() -> Traced {
     })
 }
 
+/// MiniLM's attention alone: `softmax(q k^T / sqrt(32) + mask) v` on [8,12,128,32] heads with
+/// a [8,1,1,128] additive padding mask (the fused kernel's mask-row path).
+pub fn padded_attention() -> Traced {
+    traced(|ctx| {
+        let dims = [Dim::fixed(8), Dim::fixed(12), Dim::fixed(128), Dim::fixed(32)];
+        let q = ctx.input("q", &dims, DType::F32)?;
+        let k = ctx.input("k", &dims, DType::F32)?;
+        let v = ctx.input("v", &dims, DType::F32)?;
+        let mask = ctx.input("mask", &[Dim::fixed(8), Dim::fixed(1), Dim::fixed(1), Dim::fixed(128)], DType::F32)?;
+        let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(32f64.sqrt().recip())?.add(&mask)?;
+        Ok(vec![scores.softmax(-1)?.matmul(&v)?])
+    })
+}
+
+/// The head split of attention, [8,128,12,64] -> [8,12,128,64] (a permute that keeps the last
+/// axis last: rows of 64 values copied).
+pub fn head_split() -> Traced {
+    traced(|ctx| {
+        let x = ctx.input("x", &[Dim::fixed(8), Dim::fixed(128), Dim::fixed(12), Dim::fixed(64)], DType::F32)?;
+        Ok(vec![x.permute(&[0, 2, 1, 3])?])
+    })
+}
+
 /// `tanh(x * 0.75 + b) * x + 0.5 * x^2` with `b` a [3072] parameter: no named pattern, so the
 /// passes make it one `fused_elementwise` with a row-broadcast operand.
 pub fn elementwise_chain() -> Traced {
