@@ -22,14 +22,26 @@ pub struct Summary {
     pub max_ms: f64,
 }
 
+/// `xs` in ascending order.
+fn sorted(xs: &[f64]) -> Vec<f64> {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted
+}
+
+/// The median of ascending, non-empty `sorted` (the mean of the middle two for an even count).
+fn median_of_sorted(sorted: &[f64]) -> f64 {
+    let n = sorted.len();
+    if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 }
+}
+
 /// Summarise `xs` (at least one value).
 pub fn summarize(xs: &[f64]) -> Summary {
     assert!(!xs.is_empty(), "no timings to summarise");
     let n = xs.len();
     let mean = xs.iter().sum::<f64>() / n as f64;
-    let mut sorted = xs.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+    let sorted = sorted(xs);
+    let median = median_of_sorted(&sorted);
     let std = if n > 1 { (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64).sqrt() } else { 0.0 };
     let half = if n > 1 { t_975(n - 1) * std / (n as f64).sqrt() } else { 0.0 };
     Summary {
@@ -74,9 +86,8 @@ pub fn median_ci95(xs: &[f64]) -> Option<(f64, [f64; 2])> {
         return None;
     }
     let n = xs.len();
-    let mut sorted = xs.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    let median = if n % 2 == 1 { sorted[n / 2] } else { (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0 };
+    let sorted = sorted(xs);
+    let median = median_of_sorted(&sorted);
     // P(X <= j) for X ~ Binomial(n, 1/2), summed in log space (0.5^n underflows past n ~ 1000).
     let ln_half_n = n as f64 * 0.5f64.ln();
     let mut ln_choose = 0.0f64; // ln C(n, j)

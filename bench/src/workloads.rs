@@ -112,13 +112,16 @@ pub fn gelu_tanh() -> Traced {
     traced(|ctx| Ok(vec![gelu(&input(ctx, &[8, 128, 3072])?, true)?]))
 }
 
+/// Inputs `q`, `k`, `v` of [8,12,128,head_dim] (batch, heads, sequence, head width).
+fn heads(ctx: &mut ForwardCtx, head_dim: usize) -> Result<(Tensor, Tensor, Tensor)> {
+    let dims = [Dim::fixed(8), Dim::fixed(12), Dim::fixed(128), Dim::fixed(head_dim)];
+    Ok((ctx.input("q", &dims, DType::F32)?, ctx.input("k", &dims, DType::F32)?, ctx.input("v", &dims, DType::F32)?))
+}
+
 /// Causal attention `softmax(q k^T / 8 + causal) v` on [8,12,128,64] heads.
 pub fn attention() -> Traced {
     traced(|ctx| {
-        let dims = [Dim::fixed(8), Dim::fixed(12), Dim::fixed(128), Dim::fixed(64)];
-        let q = ctx.input("q", &dims, DType::F32)?;
-        let k = ctx.input("k", &dims, DType::F32)?;
-        let v = ctx.input("v", &dims, DType::F32)?;
+        let (q, k, v) = heads(ctx, 64)?;
         let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(0.125)?;
         let rows = ctx.iota(&[Dim::fixed(128), Dim::fixed(1)], 0, DType::I64)?;
         let cols = ctx.iota(&[Dim::fixed(1), Dim::fixed(128)], 1, DType::I64)?;
@@ -131,10 +134,7 @@ pub fn attention() -> Traced {
 /// a [8,1,1,128] additive padding mask (the fused kernel's mask-row path).
 pub fn padded_attention() -> Traced {
     traced(|ctx| {
-        let dims = [Dim::fixed(8), Dim::fixed(12), Dim::fixed(128), Dim::fixed(32)];
-        let q = ctx.input("q", &dims, DType::F32)?;
-        let k = ctx.input("k", &dims, DType::F32)?;
-        let v = ctx.input("v", &dims, DType::F32)?;
+        let (q, k, v) = heads(ctx, 32)?;
         let mask = ctx.input("mask", &[Dim::fixed(8), Dim::fixed(1), Dim::fixed(1), Dim::fixed(128)], DType::F32)?;
         let scores = q.matmul(&k.transpose(-2, -1)?)?.mul_scalar(32f64.sqrt().recip())?.add(&mask)?;
         Ok(vec![scores.softmax(-1)?.matmul(&v)?])

@@ -51,14 +51,14 @@ pub(super) fn permute(x: (&[f32], &[usize]), perm: &[usize], out: &[usize]) -> V
     let (height, row_step) = if rank >= 2 { (out[rank - 2], st[rank - 2]) } else { (1, 0) };
     let mut result = vec![0.0f32; total];
     let outer = &out[..rank.saturating_sub(2)];
+    // A large plane is split further (a `[1, rows, d]` permute has one plane).
+    let rows_per_task = (PERMUTE_TASK / width).max(1);
     result.par_chunks_mut(height * width).enumerate().for_each(|(plane, dst)| {
         let (mut rem, mut base) = (plane, 0);
         for dd in (0..outer.len()).rev() {
             base += (rem % outer[dd]) * st[dd];
             rem /= outer[dd];
         }
-        // A large plane is split further (a `[1, rows, d]` permute has one plane).
-        let rows_per_task = (PERMUTE_TASK / width).max(1);
         dst.par_chunks_mut(rows_per_task * width).enumerate().for_each(|(task, dst)| {
             for (r, dst) in dst.chunks_exact_mut(width).enumerate() {
                 let at = base + (task * rows_per_task + r) * row_step;
