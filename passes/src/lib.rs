@@ -7,6 +7,7 @@
 mod cleanup;
 mod elementwise;
 pub mod fuse;
+mod fusion_report;
 pub mod grad;
 mod manager;
 mod pipeline;
@@ -14,5 +15,6 @@ mod stats;
 
 pub use cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
 pub use elementwise::{FuseElementwise, MAX_GROUP_OPS, MAX_OPERANDS};
+pub use fusion_report::explain_fusion;
 pub use manager::{Compiled, OptLevel, Pass, PassError, PassManager};
-pub use stats::{CompileStats, EggStats, PassStats, count_fused};
+pub use stats::{CompileStats, EggStats, NearMiss, PassStats, RegionReport, RuleReport, count_fused};

@@ -58,6 +58,63 @@ pub struct EggStats {
     /// Regions over `fuse::MAX_REGION_NODES`, each with the windows it was saturated in.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub split: Vec<String>,
+    /// Every region saturated, in order: what `rustral-compile --explain-fusion` prints.
+    pub explained: Vec<RegionReport>,
+}
+
+/// What saturating one region (or one window of a split region) did.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RegionReport {
+    /// The region's key (`encoder.layer.3`), with the window for a split region.
+    pub region: String,
+    /// Graph nodes saturated.
+    pub nodes: usize,
+    /// E-nodes and e-classes when saturation stopped.
+    pub egraph_nodes: usize,
+    /// E-classes when saturation stopped.
+    pub egraph_classes: usize,
+    /// Iterations run.
+    pub iterations: usize,
+    /// Why saturation stopped (`saturated`, `iteration_limit`, `node_limit`, `time_limit`).
+    pub stop: String,
+    /// Wall time of saturation and extraction.
+    pub ms: f64,
+    /// True when a family rule fired and the region was rebuilt from the cheapest program.
+    pub rebuilt: bool,
+    /// Every rule that matched at least once, by name.
+    pub rules: BTreeMap<String, RuleReport>,
+    /// Family patterns that matched the region's structure but failed one condition (a
+    /// constant off, a bias of the wrong shape): why a spelling that looks fused was not.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub near_misses: Vec<NearMiss>,
+}
+
+/// One rule's work in one region.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct RuleReport {
+    /// True for the algebra rules (commutativity, constant motion), which run with every family.
+    pub algebra: bool,
+    /// Matches its pattern found, over all iterations.
+    pub matches: usize,
+    /// Matches that passed its conditions and were applied (new equalities, or a fusion).
+    pub applied: usize,
+    /// Time searching for matches.
+    pub search_ms: f64,
+    /// Time applying them.
+    pub apply_ms: f64,
+}
+
+/// A family pattern that matched up to one condition.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct NearMiss {
+    /// The rule.
+    pub rule: String,
+    /// The module path of the value it matched.
+    pub at: String,
+    /// The condition that failed (`?c = 0.044715`).
+    pub wanted: String,
+    /// What the variable was bound to (`0.044`, `f32[batch, 1]`).
+    pub found: String,
 }
 
 /// Count the fused ops of each kind in `g` (every fused kind the op declarations list, zero

@@ -5,6 +5,10 @@
 //! ```text
 //! # rule: layer-norm          (the rule that must fire; `none` for a near miss)
 //! # pass: fuse-layer-norm     (the one pass that runs, then dead-code elimination)
+//! # source: Flax's LayerNorm  (optional: the code base whose spelling this is)
+//! # near: gelu-tanh: wanted ?c = 0.044715, found 0.044
+//!                             (one line per near miss `--explain-fusion` must report; a
+//!                              case without one must report none)
 //! graph "t" { ... }           (the input)
 //! # expect:                   (`# expect: unchanged` for a near miss)
 //! graph "t" { ... }           (the output, as `rustral_ir::print` writes it)
@@ -22,6 +26,8 @@ use std::path::Path;
 
 struct Case {
     rule: String,
+    source: Option<String>,
+    near: Vec<String>,
     pass: String,
     input: String,
     expect: Option<String>,
@@ -38,6 +44,8 @@ fn read_case(path: &Path) -> Case {
     Case {
         rule: header(input, "rule").unwrap_or_else(|| panic!("{}: no `# rule:`", path.display())).to_string(),
         pass: header(input, "pass").unwrap_or_else(|| panic!("{}: no `# pass:`", path.display())).to_string(),
+        source: header(input, "source").map(str::to_string),
+        near: input.lines().filter_map(|l| l.strip_prefix("# near:")).map(|l| l.trim().to_string()).collect(),
         input: input.to_string(),
         expect: (expect != "unchanged").then(|| expect.to_string()),
     }
@@ -60,8 +68,15 @@ fn run_case(path: &Path) -> Result<(), String> {
         .run(&mut out)
         .map_err(|e| e.to_string())?;
     let actual = print(&out);
+    let near: Vec<String> = compiled.stats.passes[0]
+        .egg
+        .iter()
+        .flat_map(|e| &e.explained)
+        .flat_map(|r| &r.near_misses)
+        .map(|m| format!("{}: wanted {}, found {}", m.rule, m.wanted, m.found))
+        .collect();
     if std::env::var_os("RUSTRAL_FILETEST_PRINT").is_some() {
-        eprintln!("== {}\n{actual}", path.display());
+        eprintln!("== {}\n{actual}near misses: {near:?}", path.display());
     }
     let want = match &case.expect {
         Some(text) => print(&parse_verified(text).map_err(|e| format!("expected text: {e}"))?),
@@ -69,6 +84,12 @@ fn run_case(path: &Path) -> Result<(), String> {
     };
     if actual != want {
         return Err(format!("output differs\n--- expected\n{want}--- actual\n{actual}"));
+    }
+    let (mut want_near, mut near) = (case.near.clone(), near);
+    want_near.sort();
+    near.sort();
+    if near != want_near {
+        return Err(format!("near misses differ\n--- expected\n{want_near:#?}\n--- actual\n{near:#?}"));
     }
     let fired = &compiled.stats.passes[0].rules;
     match case.rule.as_str() {
@@ -115,5 +136,21 @@ fn every_fusion_family_has_a_filetest_and_a_near_miss() {
         let of = |near: bool| cases.iter().filter(|c| c.pass == name && (c.rule == "none") == near).count();
         assert!(of(false) >= 1, "{name} has no filetest");
         assert!(of(true) >= 1, "{name} has no near-miss filetest");
+    }
+}
+
+/// The spellings collected from real code bases (PyTorch, HF transformers, JAX, Flax, optax,
+/// timm, Whisper, llm.c, llama2.c, ggml, tinygrad): at least 25, every family among them,
+/// each fused (the first test checks that the named rule fires and the output is the
+/// oracle's).
+#[test]
+fn spellings_from_real_code_bases_all_fuse() {
+    let cases: Vec<Case> = case_paths().iter().map(|p| read_case(p)).collect();
+    let spellings: Vec<&Case> = cases.iter().filter(|c| c.source.is_some() && c.rule != "none").collect();
+    assert!(spellings.len() >= 25, "only {} spellings with a `# source:`", spellings.len());
+    for family in Family::ALL {
+        let name = family.pass_name();
+        let n = spellings.iter().filter(|c| c.pass == name).count();
+        assert!(n >= 2, "{name} has {n} spellings from real code bases, want at least 2");
     }
 }

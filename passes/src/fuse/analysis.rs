@@ -3,7 +3,7 @@
 
 use super::lang::{Table, decode_with};
 use egg::{Analysis, DidMerge, EGraph, Id, SymbolLang};
-use rustral_ir::{TensorType, infer};
+use rustral_ir::{Op, TensorType, infer};
 
 /// Type and constant value of an e-class.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -56,18 +56,38 @@ fn is_causal_node(egraph: &TensorGraph, enode: &SymbolLang) -> bool {
     enode.op.as_str() == "le" && enode.children.len() == 2 && iota(enode.children[0], 1) && iota(enode.children[1], 0)
 }
 
+/// The value of an e-node whose operands are all splat constants, when it is a float
+/// arithmetic op (or a reshape or broadcast, which keep a splat's value): `sqrt(2 / pi)`,
+/// `d ** -0.5` and `1 / 2` are constants to the rules, however the model spelled them.
+fn folded(egraph: &TensorGraph, enode: &SymbolLang, ty: Option<&TensorType>) -> Option<f64> {
+    if !ty?.dtype.is_float() {
+        return None;
+    }
+    let splats: Vec<f64> = enode.children.iter().map(|&c| egraph[c].data.splat).collect::<Option<_>>()?;
+    let splat = |id: Id| egraph[id].data.splat;
+    let rank = |id: Id| egraph[id].data.ty.as_ref().map(TensorType::rank);
+    let value = decode_with(&egraph.analysis.table, enode, &rank, &splat, |op, operands| match (op, &splats[..]) {
+        _ if operands != splats.len() => None,
+        (Op::Unary(u), [x]) => Some(u.eval(*x)),
+        (Op::Binary(b), [x, y]) if !b.is_comparison() => Some(b.eval(*x, *y)),
+        (Op::Reshape { .. } | Op::BroadcastTo { .. }, [x]) => Some(*x),
+        _ => None,
+    })??;
+    value.is_finite().then_some(value)
+}
+
 impl Analysis<SymbolLang> for TensorAnalysis {
     type Data = Data;
 
     fn make(egraph: &mut TensorGraph, enode: &SymbolLang, _id: Id) -> Data {
         let leaf = egraph.analysis.table.leaves.get(&enode.op);
         let causal = leaf.is_some_and(|l| l.causal) || is_causal_node(egraph, enode);
-        Data {
-            ty: node_type(egraph, enode),
-            splat: leaf.and_then(|l| l.splat),
-            iota_axis: leaf.and_then(|l| l.iota_axis),
-            causal,
-        }
+        let ty = node_type(egraph, enode);
+        let splat = match leaf {
+            Some(l) => l.splat,
+            None => folded(egraph, enode, ty.as_ref()),
+        };
+        Data { ty, splat, iota_axis: leaf.and_then(|l| l.iota_axis), causal }
     }
 
     fn merge(&mut self, a: &mut Data, b: Data) -> DidMerge {

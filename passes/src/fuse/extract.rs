@@ -2,16 +2,31 @@
 //! its output's element count (symbolic dims counted as 64), reshapes, permutes, broadcasts
 //! and slices cost 1 (they are views or cheap copies), leaves cost nothing. A fused op writes
 //! one output where its primitive form writes many, so the cheapest program is the fused one.
+//! Primitives a rewrite made cost more than the same primitives as written (see
+//! [`rewrite_premium`]), so a region keeps its spelling except where a fusion replaced it.
 
 use super::analysis::{TensorGraph, node_type};
 use super::lang::{decode, decode_with};
 use egg::{CostFunction, Extractor, Id, Language, SymbolLang};
-use rustral_ir::{Dim, Graph, NodeId, Op, TensorType};
-use std::collections::HashMap;
+use rustral_ir::{Dim, Graph, NodeId, Op, OpClass, TensorType};
+use std::collections::{HashMap, HashSet};
 
-/// Memory-traffic cost.
+/// Memory-traffic cost, with a premium on primitives the model did not write.
 pub struct TrafficCost<'a> {
     egraph: &'a TensorGraph,
+    written: &'a HashSet<SymbolLang>,
+}
+
+/// What an e-node costs beyond its traffic when a rewrite made it rather than the model.
+///
+/// A fused op costs its traffic: building it is the point of a fusion pass. A primitive the
+/// algebra rules made (`(x * y) * 0.5` for `(x * 0.5) * y`, a constant moved through a
+/// matmul) costs its traffic twice over, plus a little: it is chosen only where it is part of
+/// a program that saves more than it costs, never for a saving too small to pay for losing
+/// the spelling a later pass matches (moving GELU's 0.5 through the next matmul writes less,
+/// and leaves no GELU for `fuse-gelu` to find). Equal programs keep the one as written.
+fn rewrite_premium(op: &Op, traffic: f64) -> f64 {
+    if op.decl().class == OpClass::Fused { 1e-3 } else { traffic + 1e-3 }
 }
 
 impl CostFunction<SymbolLang> for TrafficCost<'_> {
@@ -26,23 +41,25 @@ impl CostFunction<SymbolLang> for TrafficCost<'_> {
                 Some(t) => {
                     let rank = |c: Id| self.egraph[c].data.ty.as_ref().map(TensorType::rank);
                     let splat = |c: Id| self.egraph[c].data.splat;
-                    let view = decode_with(&self.egraph.analysis.table, enode, &rank, &splat, |op, _| {
-                        matches!(
+                    let written = self.written.contains(enode);
+                    decode_with(&self.egraph.analysis.table, enode, &rank, &splat, |op, _| {
+                        let view = matches!(
                             op,
                             Op::Reshape { .. } | Op::Permute { .. } | Op::BroadcastTo { .. } | Op::Slice { .. }
-                        )
+                        );
+                        let traffic = if view {
+                            1.0
+                        } else {
+                            1.0 + t
+                                .shape
+                                .0
+                                .iter()
+                                .map(|d| if let Dim::Static(n) = d { *n as f64 } else { 64.0 })
+                                .product::<f64>()
+                        };
+                        if written { traffic } else { traffic + rewrite_premium(op, traffic) }
                     })
-                    .unwrap_or(false);
-                    if view {
-                        1.0
-                    } else {
-                        1.0 + t
-                            .shape
-                            .0
-                            .iter()
-                            .map(|d| if let Dim::Static(n) = d { *n as f64 } else { 64.0 })
-                            .product::<f64>()
-                    }
+                    .unwrap_or(f64::INFINITY)
                 }
             }
         };
@@ -55,20 +72,37 @@ pub struct Rebuild<'a> {
     egraph: &'a TensorGraph,
     extractor: Extractor<'a, TrafficCost<'a>, SymbolLang, super::analysis::TensorAnalysis>,
     built: HashMap<Id, NodeId>,
-    provenance: HashMap<Id, String>,
+    provenance: &'a HashMap<Id, String>,
 }
 
 impl<'a> Rebuild<'a> {
-    /// Prepare extraction over `egraph`; `provenance` names each original class's module.
-    pub fn new(egraph: &'a TensorGraph, provenance: HashMap<Id, String>) -> Rebuild<'a> {
-        let extractor = Extractor::new(egraph, TrafficCost { egraph });
+    /// Prepare extraction over `egraph`; `provenance` names each original class's module,
+    /// `written` holds the e-nodes the model wrote (canonical ids).
+    pub fn new(
+        egraph: &'a TensorGraph,
+        provenance: &'a HashMap<Id, String>,
+        written: &'a HashSet<SymbolLang>,
+    ) -> Rebuild<'a> {
+        let extractor = Extractor::new(egraph, TrafficCost { egraph, written });
         Rebuild { egraph, extractor, built: HashMap::new(), provenance }
+    }
+
+    /// The classes built so far: the program the region is rebuilt as.
+    pub fn classes(&self) -> impl Iterator<Item = Id> + '_ {
+        self.built.keys().copied()
     }
 
     /// The graph node computing class `id`'s cheapest program, or why it cannot be built (an
     /// e-node no op declaration reads, or an op the graph refuses): then the caller leaves the
     /// region as it was and records the reason.
     pub fn build(&mut self, g: &mut Graph, id: Id) -> Result<NodeId, String> {
+        self.build_within(g, id, "")
+    }
+
+    /// [`Rebuild::build`], a class no original node was in (a rewrite made it: `x * 0.5`
+    /// regrouped) taking the module of the node that uses it, so it stays in its layer's
+    /// region for the passes after this one.
+    fn build_within(&mut self, g: &mut Graph, id: Id, user: &str) -> Result<NodeId, String> {
         let id = self.egraph.find(id);
         if let Some(&n) = self.built.get(&id) {
             return Ok(n);
@@ -81,11 +115,11 @@ impl<'a> Rebuild<'a> {
             let splat = |c: Id| self.egraph[c].data.splat;
             let (op, operands) = decode(&self.egraph.analysis.table, &enode, &rank, &splat)
                 .ok_or_else(|| format!("no op reads the symbol `{}`", enode.op))?;
+            let prov = self.provenance.get(&id).cloned().unwrap_or_else(|| user.to_string());
             let mut args = Vec::with_capacity(operands);
             for &c in &enode.children[..operands] {
-                args.push(self.build(g, c)?);
+                args.push(self.build_within(g, c, &prov)?);
             }
-            let prov = self.provenance.get(&id).cloned().unwrap_or_default();
             g.add(op, &args, &prov).map_err(|e| e.to_string())?
         };
         self.built.insert(id, node);

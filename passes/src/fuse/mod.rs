@@ -10,20 +10,21 @@
 //! node limit and saturation cost stays linear in the region's size.
 
 mod analysis;
+mod explain;
 mod extract;
 mod lang;
 pub mod rules;
 
 use crate::cleanup::bump;
 use crate::manager::Pass;
-use crate::stats::{EggStats, PassStats};
+use crate::stats::{EggStats, PassStats, RegionReport};
 use analysis::{TensorAnalysis, TensorGraph};
-use egg::{Id, Runner, StopReason, SymbolLang};
+use egg::{Id, Language, Runner, StopReason, SymbolLang};
 use lang::{Table, encode};
 use rules::Rule;
 use rustral_ir::{Graph, NodeId};
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 /// Saturation limits for one region.
 #[derive(Clone, Copy, Debug)]
@@ -156,21 +157,25 @@ impl Pass for Fuse {
         // Dead nodes (what an earlier fusion replaced) are not worth saturating.
         crate::cleanup::Dce.run(g, &mut PassStats::default());
         let rules = self.family.rules();
-        let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name.to_string()).collect();
+        let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name().to_string()).collect();
+        let family: BTreeSet<String> =
+            rules.iter().map(|r| r.name().to_string()).filter(|n| !algebra.contains(n)).collect();
+        let run = Saturation { rules: &rules, algebra: &algebra, family: &family, fuses: self.family.info().fuses };
         let mut egg_stats = EggStats::default();
-        let mut fuse = |g: &mut Graph, window: &[NodeId], egg_stats: &mut EggStats| {
-            for (rule, n) in fuse_region(g, window, &rules, &algebra, self.limits, egg_stats) {
+        let mut fuse = |g: &mut Graph, label: String, window: &[NodeId], egg_stats: &mut EggStats| {
+            for (rule, n) in fuse_region(g, &label, window, &run, self.limits, egg_stats) {
                 bump(stats, &rule, n);
             }
         };
         let mut split = Vec::new();
         for (key, region) in regions(g) {
             if region.len() <= MAX_REGION_NODES {
-                fuse(g, &region, &mut egg_stats);
+                fuse(g, key, &region, &mut egg_stats);
                 continue;
             }
-            for window in region.chunks(MAX_REGION_NODES) {
-                fuse(g, window, &mut egg_stats);
+            let windows = region.len().div_ceil(MAX_REGION_NODES);
+            for (i, window) in region.chunks(MAX_REGION_NODES).enumerate() {
+                fuse(g, format!("{key} (window {} of {windows})", i + 1), window, &mut egg_stats);
             }
             split.push((key, region.len()));
         }
@@ -182,9 +187,10 @@ impl Pass for Fuse {
                 let region = left.remove(&key).unwrap_or_default();
                 let half = MAX_REGION_NODES / 2;
                 let (first, rest) = region.split_at(half.min(region.len()));
-                fuse(g, first, &mut egg_stats);
-                for window in rest.chunks(MAX_REGION_NODES) {
-                    fuse(g, window, &mut egg_stats);
+                let windows = 1 + rest.len().div_ceil(MAX_REGION_NODES);
+                fuse(g, format!("{key} (offset window 1 of {windows})"), first, &mut egg_stats);
+                for (i, window) in rest.chunks(MAX_REGION_NODES).enumerate() {
+                    fuse(g, format!("{key} (offset window {} of {windows})", i + 2), window, &mut egg_stats);
                 }
                 egg_stats.split.push(format!(
                     "region `{key}`: {before} nodes, over {MAX_REGION_NODES}: saturated in windows of \
@@ -195,6 +201,18 @@ impl Pass for Fuse {
         }
         stats.egg = Some(egg_stats);
     }
+}
+
+/// What one pass saturates each region with.
+pub(crate) struct Saturation<'a> {
+    /// The family's rules and the algebra rules.
+    pub(crate) rules: &'a [Rule],
+    /// The algebra rules' names: their firing alone fuses nothing.
+    pub(crate) algebra: &'a HashSet<String>,
+    /// The family's own rules' names: the ones a near miss is reported for.
+    pub(crate) family: &'a BTreeSet<String>,
+    /// The op kinds the family builds.
+    pub(crate) fuses: &'a [&'a str],
 }
 
 /// The region key of a module path: up to and including its first numeric component
@@ -239,16 +257,18 @@ fn regions(g: &Graph) -> Vec<(String, Vec<NodeId>)> {
 /// results from the cheapest program. Returns how often each family rule fired.
 fn fuse_region(
     g: &mut Graph,
+    label: &str,
     region: &[NodeId],
-    rules: &[Rule],
-    algebra: &HashSet<String>,
+    run: &Saturation<'_>,
     limits: Limits,
     stats: &mut EggStats,
 ) -> BTreeMap<String, usize> {
+    let start = Instant::now();
     let members: HashSet<NodeId> = region.iter().copied().collect();
     let mut egraph = TensorGraph::new(TensorAnalysis { table: Table::default() });
     let mut class_of: HashMap<NodeId, Id> = HashMap::new();
     let mut provenance: Vec<(Id, String)> = Vec::new();
+    let mut written: Vec<SymbolLang> = Vec::new();
     for &id in region {
         let node = g.node(id).expect("region node exists").clone();
         let operands = g.operands(id);
@@ -265,7 +285,11 @@ fn fuse_region(
             children.push(child);
         }
         let class = match encode(&node.op, rank) {
-            Some(sym) => egraph.add(SymbolLang::new(sym, children)),
+            Some(sym) => {
+                let enode = SymbolLang::new(sym, children);
+                written.push(enode.clone());
+                egraph.add(enode)
+            }
             None => {
                 let sym = egraph.analysis.table.leaf(g, id);
                 egraph.add(SymbolLang::leaf(sym))
@@ -279,49 +303,82 @@ fn fuse_region(
         .copied()
         .filter(|&id| g.outputs().iter().any(|o| o.node == id) || g.users(id).iter().any(|u| !members.contains(u)))
         .collect();
+    let ledger = explain::Ledger::default();
     let runner = Runner::default()
         .with_egraph(egraph)
         .with_node_limit(limits.nodes)
         .with_iter_limit(limits.iterations)
         .with_time_limit(limits.time)
-        .run(rules);
-    record(stats, &runner);
+        .with_scheduler(explain::Timed::new(ledger.clone()))
+        .run(run.rules.iter().map(|r| &r.rewrite));
+    let stop = record(stats, &runner);
     let mut fired: BTreeMap<String, usize> = BTreeMap::new();
     for it in &runner.iterations {
         for (name, n) in &it.applied {
             *fired.entry(name.to_string()).or_insert(0) += n;
         }
     }
-    fired.retain(|k, _| !algebra.contains(k));
-    if fired.is_empty() {
-        return BTreeMap::new();
-    }
-    let egraph = runner.egraph;
+    fired.retain(|k, _| !run.algebra.contains(k));
+    let mut report = RegionReport {
+        region: label.to_string(),
+        nodes: region.len(),
+        egraph_nodes: runner.egraph.total_number_of_nodes(),
+        egraph_classes: runner.egraph.number_of_classes(),
+        iterations: runner.iterations.len(),
+        stop: stop.to_string(),
+        ..RegionReport::default()
+    };
+    let mut egraph = runner.egraph;
     let mut prov_of: HashMap<Id, String> = HashMap::new();
     for (class, p) in provenance.into_iter().rev() {
         prov_of.insert(egraph.find(class), p);
     }
-    let mut rebuild = extract::Rebuild::new(&egraph, prov_of);
+    report.rules = std::mem::take(&mut *ledger.borrow_mut());
+    report.rules.retain(|_, r| r.matches > 0);
+    for (name, r) in report.rules.iter_mut() {
+        r.algebra = run.algebra.contains(name);
+    }
+    // The classes of the program the region ends as: near misses are reported there only, not
+    // in alternatives a fusion made dead. `None` while the region stays as written.
+    let mut live: Option<HashSet<Id>> = None;
     let mut replacements = Vec::new();
-    for root in roots {
-        match rebuild.build(g, egraph.find(class_of[&root])) {
-            Ok(new) => replacements.push((root, new)),
-            Err(why) => {
-                let module = g.node(root).map(|n| n.provenance.clone()).unwrap_or_default();
-                stats.abandoned.push(format!("region `{module}`: {why}; left unfused"));
-                return BTreeMap::new();
+    if !fired.is_empty() {
+        // The e-nodes the model wrote, in the e-graph's final ids: extraction prefers them
+        // among programs of equal cost, so a region is rebuilt as written wherever no rule
+        // saved traffic.
+        let written: HashSet<SymbolLang> = written.into_iter().map(|n| n.map_children(|c| egraph.find(c))).collect();
+        let mut rebuild = extract::Rebuild::new(&egraph, &prov_of, &written);
+        for &root in &roots {
+            match rebuild.build(g, egraph.find(class_of[&root])) {
+                Ok(new) => replacements.push((root, new)),
+                Err(why) => {
+                    let module = g.node(root).map(|n| n.provenance.clone()).unwrap_or_default();
+                    stats.abandoned.push(format!("region `{module}`: {why}; left unfused"));
+                    replacements.clear();
+                    fired.clear();
+                    break;
+                }
             }
         }
+        if !fired.is_empty() {
+            live = Some(rebuild.classes().collect());
+        }
     }
+    report.rebuilt = !fired.is_empty();
+    let at = |c: Id| prov_of.get(&c).cloned().unwrap_or_else(|| label.to_string());
+    report.near_misses = explain::near_misses(&mut egraph, run, live.as_ref(), &at);
     for (old, new) in replacements {
         if old != new {
             g.replace_all_uses(old, new);
         }
     }
+    report.ms = start.elapsed().as_secs_f64() * 1e3;
+    stats.explained.push(report);
     fired
 }
 
-fn record(stats: &mut EggStats, runner: &Runner<SymbolLang, TensorAnalysis>) {
+/// Count the region in `stats`; returns why saturation stopped.
+fn record(stats: &mut EggStats, runner: &Runner<SymbolLang, TensorAnalysis>) -> &'static str {
     stats.regions += 1;
     stats.iterations += runner.iterations.len();
     stats.max_egraph_nodes = stats.max_egraph_nodes.max(runner.egraph.total_number_of_nodes());
@@ -334,4 +391,5 @@ fn record(stats: &mut EggStats, runner: &Runner<SymbolLang, TensorAnalysis>) {
         _ => "other",
     };
     *stats.stop_reasons.entry(reason.to_string()).or_insert(0) += 1;
+    reason
 }

@@ -3,7 +3,7 @@
 //! cast to any float type. The fused op computes the same loss about the row max, so no
 //! exponential overflows, and its gradient needs no log-softmax kept for the backward pass.
 
-use super::{Cond, Rule, rule, v};
+use super::{Cond, CondKind, Rule, rule, v};
 use rustral_ir::{DType, Dim};
 
 /// Cross-entropy rules.
@@ -35,12 +35,17 @@ pub fn cross_entropy() -> Vec<Rule> {
 /// per row of `?x` (its shape with the last dim 1): the mask is a one-hot of `?t`.
 fn one_hot() -> Cond {
     let (x, classes, t) = (v("?x"), v("?classes"), v("?t"));
-    Box::new(move |eg, _, s| {
-        let (cd, xd, td) = (&eg[s[classes]].data, &eg[s[x]].data, &eg[s[t]].data);
-        let (Some(ct), Some(xt), Some(tt)) = (&cd.ty, &xd.ty, &td.ty) else { return false };
-        let Some((_, rows)) = xt.shape.0.split_last() else { return false };
-        let mut column = rows.to_vec();
-        column.push(Dim::Static(1));
-        cd.iota_axis == Some(xt.rank() - 1) && ct.shape == xt.shape && tt.dtype.is_int() && tt.shape.0 == column
-    })
+    Cond::new(
+        "?classes == ?t is a one-hot of integer targets over the last axis",
+        classes,
+        CondKind::Structure,
+        move |eg, _, s| {
+            let (cd, xd, td) = (&eg[s[classes]].data, &eg[s[x]].data, &eg[s[t]].data);
+            let (Some(ct), Some(xt), Some(tt)) = (&cd.ty, &xd.ty, &td.ty) else { return false };
+            let Some((_, rows)) = xt.shape.0.split_last() else { return false };
+            let mut column = rows.to_vec();
+            column.push(Dim::Static(1));
+            cd.iota_axis == Some(xt.rank() - 1) && ct.shape == xt.shape && tt.dtype.is_int() && tt.shape.0 == column
+        },
+    )
 }

@@ -9,9 +9,13 @@ const CENTERED: &str = "(sub ?x (reduce_mean{axes=[-1],keepdim=true} ?x))";
 /// LayerNorm, with and without affine, variance written either way.
 pub fn layer_norm() -> Vec<Rule> {
     let var = format!("({MEAN} (mul {CENTERED} {CENTERED}))");
+    let expanded = format!("(sub ({MEAN} (mul ?x ?x)) (mul ({MEAN} ?x) ({MEAN} ?x)))");
     vec![
         // mean(x^2) - mean(x)^2 = mean((x - mean x)^2)
-        rule("variance-expanded", &format!("(sub ({MEAN} (mul ?x ?x)) (mul ({MEAN} ?x) ({MEAN} ?x)))"), &var, vec![]),
+        rule("variance-expanded", &expanded, &var, vec![]),
+        // max(0, mean(x^2) - mean(x)^2) = mean((x - mean x)^2), never negative in exact arithmetic
+        // (Flax clamps it against round-off; `max(0, v)` is `relu(v)` by the algebra rules)
+        rule("variance-expanded-clamped", &format!("(relu {expanded})"), &var, vec![]),
         // (x - mean) * rsqrt(var + eps) = layer_norm(x)
         rule(
             "layer-norm",
