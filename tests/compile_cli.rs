@@ -54,6 +54,47 @@ fn emitted_ir_parses_back_to_the_input_graph() {
     assert_eq!(rustral::ir::print(&a), rustral::ir::print(&b));
 }
 
+/// --explain-fusion on two hand-written GELUs: the one with its 0.5 applied last fuses, the
+/// one with 0.044 for 0.044715 is reported as a near miss naming the constant; stats.json
+/// holds the same per-region facts, and the fused program still matches the interpreter.
+#[test]
+fn explain_fusion_reports_regions_rules_and_near_misses() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let file = "examples/ir/gelu_spellings.rir";
+    let out = stdout(cli().args([file, "--explain-fusion", "--emit", "stats", "-o", d, "--check", "-q"]));
+    assert!(out.contains("check passed"), "{out}");
+    let text = std::fs::read_to_string(dir.path().join("explain-fusion.txt")).unwrap();
+    let gelu = text.split("\nfuse-silu:").next().unwrap().split("fuse-gelu:").nth(1).expect("a fuse-gelu section");
+    assert!(gelu.starts_with(" 2 regions, 1 rebuilt,") && gelu.contains("fused by gelu-tanh x1"), "{text}");
+    let row = |region: &str| gelu.lines().find(|l| l.trim_start().starts_with(region)).unwrap_or_default().to_string();
+    assert!(row("mlp.0").contains(" saturated "), "{text}");
+    assert!(row("mlp.0").trim_end().ends_with("yes") && row("mlp.1").trim_end().ends_with("no"), "{text}");
+    let near = "near miss in mlp.1: gelu-tanh wants ?c = 0.044715, found 0.044";
+    assert!(gelu.lines().any(|l| l.trim() == near), "{text}");
+    assert!(gelu.lines().any(|l| l.trim_start().starts_with("gelu-tanh ") && l.contains(" family ")), "{text}");
+
+    let stats: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("stats.json")).unwrap()).unwrap();
+    let pass = stats["passes"].as_array().unwrap().iter().find(|p| p["pass"] == "fuse-gelu").unwrap();
+    let regions = pass["egg"]["explained"].as_array().unwrap();
+    assert_eq!(regions.len(), 2, "{pass}");
+    assert_eq!((regions[0]["region"].as_str(), regions[0]["rebuilt"].as_bool()), (Some("mlp.0"), Some(true)));
+    assert_eq!(regions[0]["rules"]["gelu-tanh"]["applied"], 1, "{pass}");
+    assert_eq!(regions[1]["near_misses"][0]["found"], "0.044", "{pass}");
+    assert_eq!(stats["fused"]["gelu"], 1, "{stats}");
+
+    // Without -o the report goes to stderr, leaving stdout to --emit.
+    let run = cli().args([file, "--explain-fusion", "--emit", "opt-ir", "-q"]).output().unwrap();
+    assert!(run.status.success());
+    let (err, outp) = (String::from_utf8_lossy(&run.stderr), String::from_utf8_lossy(&run.stdout));
+    assert!(err.contains("near miss in mlp.1") && outp.starts_with("graph \"gelu_spellings\""), "{err}\n{outp}");
+    let plain = stdout(cli().args(["examples/ir/gelu_mlp.rir", "-O0", "--explain-fusion", "-o", d, "-q"]));
+    assert!(plain.is_empty());
+    let text = std::fs::read_to_string(dir.path().join("explain-fusion.txt")).unwrap();
+    assert_eq!(text, "no fusion pass ran (fusion runs at -O2)\n");
+}
+
 #[test]
 fn out_dir_holds_every_emit_and_the_run_timings() {
     let dir = tempfile::tempdir().unwrap();

@@ -15,6 +15,8 @@ Examples:
       a built-in model with Hugging Face weights
   rustral-compile model.rs --disable-pass fuse-attention --emit stats --run --repeat 20
       what one pass buys: timings land in stats.json under `run`
+  rustral-compile examples/ir/gelu_mlp.rir --explain-fusion
+      which rules fired in each region, what they cost, and which spellings nearly fused
 
 Exit status: 0 success, 1 a user error (bad file, bad option, a model that does not trace),
 2 an internal error (a bug: please report it), 3 --check found errors beyond tolerance.";
@@ -86,6 +88,13 @@ pub struct Args {
     /// Write the IR after every pass (into -o DIR as after-NN-PASS.ir, else to stderr).
     #[arg(long)]
     pub print_after_all: bool,
+
+    /// Explain what fusion did: for every fusion pass and region, the e-graph's size, the
+    /// iterations, why saturation stopped, each rule's matches, applications and time, and the
+    /// near misses (a family's pattern that failed one condition, e.g. GELU's 0.044715 written
+    /// 0.044). Into -o DIR as explain-fusion.txt, else to stderr; stats.json holds the same.
+    #[arg(long)]
+    pub explain_fusion: bool,
 
     /// Run the compiled program on seeded inputs (or --input files) and print the outputs'
     /// shapes, a summary and min/median/max time.

@@ -48,6 +48,18 @@ pub fn passes(out: &Out, session: &Session) -> Result<(), Fail> {
     Ok(())
 }
 
+/// The fusion report, when --explain-fusion asked for it.
+pub fn explain_fusion(out: &Out, session: &Session) -> Result<(), Fail> {
+    let text = rustral::passes::explain_fusion(session.stats());
+    match &out.dir {
+        Some(_) => out.put("explain-fusion.txt", &text),
+        None => {
+            eprint!("{text}");
+            Ok(())
+        }
+    }
+}
+
 /// One --emit other than stats (which waits for the run).
 pub fn write(out: &Out, e: Emit, traced: &Traced, session: &Session, args: &Args) -> Result<(), Fail> {
     match e {

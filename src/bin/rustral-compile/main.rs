@@ -148,6 +148,9 @@ fn compile(args: &Args) -> Result<(), Fail> {
 
     let out = emit::Out::new(args.out_dir.as_deref())?;
     emit::passes(&out, &session)?;
+    if args.explain_fusion {
+        emit::explain_fusion(&out, &session)?;
+    }
     let to_stdout = args.out_dir.is_none() && !emits.is_empty();
     for &e in &emits {
         if e != Emit::Stats {
