@@ -99,9 +99,9 @@ fn explain_fusion_reports_regions_rules_and_near_misses() {
 fn out_dir_holds_every_emit_and_the_run_timings() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let emits = "ir,opt-ir,dot,stats,program";
+    let emits = "ir,opt-ir,dot,stats,program,model-explorer";
     stdout(cli().args(["examples/ir/gelu_mlp.rir", "--emit", emits, "-o", d, "--run", "--repeat", "3", "-q"]));
-    for f in ["model.ir", "model.opt.ir", "model.dot", "stats.json", "program.json"] {
+    for f in ["model.ir", "model.opt.ir", "model.dot", "stats.json", "program.json", "model.me.json"] {
         assert!(dir.path().join(f).is_file(), "{f} missing");
     }
     let stats: serde_json::Value =
@@ -113,6 +113,24 @@ fn out_dir_holds_every_emit_and_the_run_timings() {
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("program.json")).unwrap()).unwrap();
     assert_eq!(program["program"]["kernels"].as_array().unwrap().len() as u64, stats["kernels"].as_u64().unwrap());
     assert!(std::fs::read_to_string(dir.path().join("model.dot")).unwrap().starts_with("digraph"));
+
+    // Model Explorer's JSON: one node per node of the optimised IR and per output, every edge
+    // from a node that exists, the fused epilogue styled, modules as namespaces.
+    let opt = rustral::ir::parse(&std::fs::read_to_string(dir.path().join("model.opt.ir")).unwrap()).unwrap();
+    let me: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("model.me.json")).unwrap()).unwrap();
+    let nodes = me["graphs"][0]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), opt.len() + opt.outputs().len());
+    let ids: std::collections::HashSet<&str> = nodes.iter().map(|n| n["id"].as_str().unwrap()).collect();
+    for n in nodes {
+        for e in n["incomingEdges"].as_array().unwrap() {
+            assert!(ids.contains(e["sourceNodeId"].as_str().unwrap()), "{n}");
+        }
+    }
+    let epilogue = nodes.iter().find(|n| n["label"] == "matmul_epilogue").expect("the fused epilogue");
+    assert_eq!(epilogue["namespace"], "mlp/c_fc");
+    assert!(epilogue["style"]["backgroundColor"].is_string(), "{epilogue}");
+    assert_eq!(epilogue["incomingEdges"].as_array().unwrap().len(), 3);
 
     // On the Candle target, stats.json says which ops used candle's own kernels.
     stdout(cli().args(["examples/models/layer_norm.rs", "--target", "candle-cpu", "--emit", "stats", "-o", d, "-q"]));

@@ -19,6 +19,7 @@ fn usage_errors_exit_1_and_help_exits_0() {
     user_error(cli().arg("--target"), &["--target"]);
     let help = stdout(cli().arg("--help"));
     assert!(help.contains("--webgpu-limits") && help.contains("Exit status"), "{help}");
+    assert!(help.contains("--explain-fusion") && help.contains("model-explorer"), "{help}");
 }
 
 #[test]

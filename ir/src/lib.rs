@@ -6,7 +6,8 @@
 //! - printed as text ([`print`]) and parsed back ([`parse`]), byte-identically;
 //! - serialized to JSON ([`to_json`], schema in `schemas/ir.schema.json`) and a compact
 //!   binary form ([`to_binary`]), whose decoders reject hostile input with an error;
-//! - drawn as Graphviz DOT ([`to_dot`]).
+//! - drawn as Graphviz DOT ([`to_dot`]) or exported for Google Model Explorer
+//!   ([`to_model_explorer`]).
 
 #![deny(missing_docs)]
 
@@ -16,6 +17,7 @@ mod error;
 mod float;
 mod graph;
 mod infer;
+mod model_explorer;
 mod op;
 mod parse;
 mod quant;
@@ -33,6 +35,7 @@ pub use error::{IrError, ParseError, TypeError, VerifyError, VerifyErrors};
 pub use float::F64;
 pub use graph::{Graph, Node, NodeId, Output};
 pub use infer::{MAX_TENSOR_BYTES, infer};
+pub use model_explorer::to_model_explorer;
 pub use op::{
     Activation, AttrVisitor, AttrWriter, BinaryOp, Choice, ElementwiseExpr, ExprNode, GeluApprox,
     INTEGER_DIVISION_BY_ZERO, KernelFamily, Literal, Op, OpClass, OpDecl, Real, ReduceOp, UnaryOp,

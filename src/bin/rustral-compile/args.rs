@@ -181,6 +181,9 @@ pub enum Emit {
     OptIr,
     /// The optimised graph in Graphviz DOT.
     Dot,
+    /// The optimised graph in Google Model Explorer's graph format (model.me.json): a graph
+    /// collection with modules as nested namespaces and fused ops highlighted.
+    ModelExplorer,
     /// Compile statistics as JSON (and the run's timings with --run).
     Stats,
     /// The lowered program: buffers, kernels, schedule and memory plan, as JSON.
@@ -196,6 +199,7 @@ impl Emit {
             Emit::Ir => "model.ir",
             Emit::OptIr => "model.opt.ir",
             Emit::Dot => "model.dot",
+            Emit::ModelExplorer => "model.me.json",
             Emit::Stats => "stats.json",
             Emit::Program => "program.json",
             Emit::Wgsl => "wgsl",

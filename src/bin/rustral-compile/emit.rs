@@ -73,6 +73,7 @@ pub fn write(out: &Out, e: Emit, traced: &Traced, session: &Session, args: &Args
             }
             Ok(())
         }
+        Emit::ModelExplorer => out.put(e.file_name(), &rustral::ir::to_model_explorer(session.graph())),
         Emit::Program => {
             let Some(program) = session.program() else {
                 return Err(Fail::user("--emit program needs a compiled target (--target cpu)"));
