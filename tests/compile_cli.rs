@@ -244,10 +244,9 @@ fn user_errors_are_one_clear_message() {
          }\n",
     )
     .unwrap();
-    user_error(
-        cli().arg(&shape_error).arg("-q"),
-        &["tracing failed: type error in `matmul` at encoder.layer.0", "f32[batch, 8], f32[4, 3]"],
-    );
+    // The error points at the model's line and column: `x.matmul(&w)` on line 6, `matmul` at 11.
+    let at = format!("tracing failed: {}:6:11: type error in `matmul` at encoder.layer.0", shape_error.display());
+    user_error(cli().arg(&shape_error).arg("-q"), &[&at, "f32[batch, 8], f32[4, 3]"]);
 
     let broken = dir.path().join("broken.rs");
     std::fs::write(

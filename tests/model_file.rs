@@ -43,20 +43,57 @@ fn model_file_traces_verifies_and_evaluates() {
     }
 }
 
+/// The error names the model's file:line:col of the call (`#[track_caller]` through the tensor
+/// API), the op, its operand types and the module path.
 #[test]
-fn trace_time_shape_error_names_op_shapes_and_module() {
+fn trace_time_shape_error_names_the_line_op_shapes_and_module() {
+    let mut line = 0;
     let err = trace_model(TraceOptions::default(), |ctx: &mut ForwardCtx| -> rustral::Result<Vec<Tensor>> {
         let x = ctx.input("x", &[Dim::sym("batch"), Dim::fixed(8)], DType::F32)?;
         let y = ctx.scope("encoder.layer.0.output", |ctx| {
             let w = ctx.param("weight", &[Dim::fixed(4), Dim::fixed(3)], Init::Zeros)?;
+            line = line!() + 1;
             x.matmul(&w)
         })?;
         Ok(vec![y])
     })
     .expect_err("8 vs 4");
+    let text = err.to_string();
+    let (at, message) = text.split_once(": ").unwrap();
+    assert!(at.starts_with(&format!("tests/model_file.rs:{line}:")), "{text}");
     assert_eq!(
-        err.to_string(),
+        message,
         "type error in `matmul` at encoder.layer.0.output (operands: f32[batch, 8], f32[4, 3]): \
          contracted dims differ: [batch, 8] @ [4, 3] (8 vs 4)"
     );
+    let rustral::Error::Frontend(err) = err else { panic!("a frontend error: {err:?}") };
+    assert!(matches!(err.unlocated(), rustral::frontend::Error::Ir(_)), "{err:?}");
+}
+
+/// A layer's error names the model line that called the layer, not a line inside it; a bad
+/// argument to a tensor method names the line of that call.
+#[test]
+fn errors_inside_layers_and_bad_arguments_name_the_calling_line() {
+    use rustral::frontend::nn::{Linear, Module};
+    let mut lines = (0, 0);
+    let err = trace_model(TraceOptions::default(), |ctx: &mut ForwardCtx| -> rustral::Result<Vec<Tensor>> {
+        let x = ctx.input("x", &[Dim::fixed(2), Dim::fixed(8)], DType::F32)?;
+        lines.0 = line!() + 1;
+        let y = Linear::new("proj", 6, 4, true).forward(ctx, &x)?;
+        Ok(vec![y])
+    })
+    .expect_err("8 features into a 6-input linear");
+    let text = err.to_string();
+    assert!(text.starts_with(&format!("tests/model_file.rs:{}:", lines.0)), "{text}");
+    assert!(text.contains("`matmul`") && text.contains("at proj"), "{text}");
+
+    let err = trace_model(TraceOptions::default(), |ctx: &mut ForwardCtx| -> rustral::Result<Vec<Tensor>> {
+        let x = ctx.input("x", &[Dim::fixed(2), Dim::fixed(8)], DType::F32)?;
+        lines.1 = line!() + 1;
+        Ok(vec![x.softmax(3)?])
+    })
+    .expect_err("axis 3 of a rank-2 tensor");
+    let text = err.to_string();
+    assert!(text.starts_with(&format!("tests/model_file.rs:{}:", lines.1)), "{text}");
+    assert!(text.contains("axis 3 out of range"), "{text}");
 }

@@ -261,9 +261,11 @@ impl ForwardCtx {
         out
     }
 
+    #[track_caller]
     fn declare(&mut self, op: Op, ty: TensorType) -> Result<Tensor> {
+        let caller = std::panic::Location::caller();
         let path = self.path();
-        let id = self.state.borrow_mut().graph.declare(op, ty, &path)?;
+        let id = self.state.borrow_mut().graph.declare(op, ty, &path).map_err(|e| Error::at(caller, e.into()))?;
         Ok(Tensor::recorded(&self.state, id))
     }
 
@@ -272,14 +274,17 @@ impl ForwardCtx {
     }
 
     /// A graph input (not scoped: inputs are named as given).
+    #[track_caller]
     pub fn input(&mut self, name: &str, dims: &[Dim], dtype: DType) -> Result<Tensor> {
+        let caller = std::panic::Location::caller();
         let ty = TensorType::new(dtype, self.shape(dims));
-        let id = self.state.borrow_mut().graph.input(name, ty)?;
+        let id = self.state.borrow_mut().graph.input(name, ty).map_err(|e| Error::at(caller, e.into()))?;
         Ok(Tensor::recorded(&self.state, id))
     }
 
     /// An f32 parameter named `{path}.{name}`, initialised by `init` (see `Traced::params`).
     /// Parameter shapes must be static.
+    #[track_caller]
     pub fn param(&mut self, name: &str, dims: &[Dim], init: Init) -> Result<Tensor> {
         self.param_typed(name, dims, DType::F32, init)
     }
@@ -293,6 +298,7 @@ impl ForwardCtx {
     }
 
     /// A `[rows, k]` weight bound in `format`'s blocks: a `u8` parameter `[rows, row_bytes]`.
+    #[track_caller]
     pub fn quantized_param(
         &mut self,
         name: &str,
@@ -300,18 +306,22 @@ impl ForwardCtx {
         k: usize,
         format: rustral_ir::QuantFormat,
     ) -> Result<Tensor> {
+        let caller = std::panic::Location::caller();
         let row_bytes = format.row_bytes(k).map_err(|e| {
             let path = self.path();
-            Error::Param {
+            let error = Error::Param {
                 name: if path.is_empty() { name.to_string() } else { format!("{path}.{name}") },
                 message: e.to_string(),
-            }
+            };
+            Error::at(caller, error)
         })?;
         self.param_typed(name, &[Dim::fixed(rows), Dim::fixed(row_bytes)], DType::U8, Init::Zeros)
     }
 
     /// A parameter of any float dtype.
+    #[track_caller]
     pub fn param_typed(&mut self, name: &str, dims: &[Dim], dtype: DType, init: Init) -> Result<Tensor> {
+        let caller = std::panic::Location::caller();
         let path = self.path();
         let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
         let bad_init = match init {
@@ -320,37 +330,41 @@ impl ForwardCtx {
             Init::Zeros | Init::Ones => false,
         };
         if bad_init {
-            return Err(Error::Param { name: full, message: format!("invalid initialiser {init:?}") });
+            return Err(located(Error::Param { name: full, message: format!("invalid initialiser {init:?}") }));
         }
         let shape = self.shape(dims);
         let Some(static_dims) = shape.0.iter().map(Dim::as_static).collect::<Option<Vec<usize>>>() else {
             let message = format!("shape {shape} is not static (parameters need fixed sizes)");
-            return Err(Error::Param { name: full, message });
+            return Err(located(Error::Param { name: full, message }));
         };
         let ty = TensorType::new(dtype, shape);
-        let id = self.state.borrow_mut().graph.param(&full, ty, &path)?;
+        let id = self.state.borrow_mut().graph.param(&full, ty, &path).map_err(|e| Error::at(caller, e.into()))?;
         self.params.push(ParamSpec { name: full, dtype, shape: static_dims, init });
         Ok(Tensor::recorded(&self.state, id))
     }
 
     /// A constant filled with `value`.
+    #[track_caller]
     pub fn full(&mut self, value: f64, dims: &[Dim], dtype: DType) -> Result<Tensor> {
         let ty = TensorType::new(dtype, self.shape(dims));
         self.declare(Op::Constant { value: Literal::Splat(F64(value)) }, ty)
     }
 
     /// A scalar constant.
+    #[track_caller]
     pub fn scalar(&mut self, value: f64, dtype: DType) -> Result<Tensor> {
         self.full(value, &[], dtype)
     }
 
     /// A constant with one value per element (row-major).
+    #[track_caller]
     pub fn constant(&mut self, values: &[f64], dims: &[usize], dtype: DType) -> Result<Tensor> {
         let ty = TensorType::new(dtype, Shape::of(dims));
         self.declare(Op::Constant { value: Literal::Dense(values.iter().map(|&v| F64(v)).collect()) }, ty)
     }
 
     /// Each element's index along `axis` (positions, masks).
+    #[track_caller]
     pub fn iota(&mut self, dims: &[Dim], axis: usize, dtype: DType) -> Result<Tensor> {
         let ty = TensorType::new(dtype, self.shape(dims));
         self.declare(Op::Iota { axis }, ty)
@@ -359,7 +373,9 @@ impl ForwardCtx {
     /// Uniform `[0, 1)` noise from the next seed of this trace's dropout stream, mixed with the
     /// run's step (the `rng_step` input, declared on first use): the same seed and step give
     /// the same values on every target, another step other values.
+    #[track_caller]
     pub fn random_uniform(&mut self, dims: &[Dim], dtype: DType) -> Result<Tensor> {
+        let caller = std::panic::Location::caller();
         let seed = self.next_seed();
         let ty = TensorType::new(dtype, self.shape(dims));
         let step = match &self.step {
@@ -371,7 +387,13 @@ impl ForwardCtx {
             }
         };
         let path = self.path();
-        let id = self.state.borrow_mut().graph.declare_with(Op::RandomUniform { seed }, &[step.id], ty, &path)?;
+        let random = Op::RandomUniform { seed };
+        let id = self
+            .state
+            .borrow_mut()
+            .graph
+            .declare_with(random, &[step.id], ty, &path)
+            .map_err(|e| Error::at(caller, e.into()))?;
         Ok(Tensor::recorded(&self.state, id))
     }
 
@@ -438,4 +460,11 @@ impl ForwardCtx {
         let graph = std::mem::take(&mut state.graph);
         Ok(Traced { graph, params: self.params })
     }
+}
+
+/// `error` at the model line that called the API function this is in (`#[track_caller]` all the
+/// way from there).
+#[track_caller]
+fn located(error: impl Into<Error>) -> Error {
+    Error::at(std::panic::Location::caller(), error.into())
 }

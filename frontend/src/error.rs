@@ -36,6 +36,19 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+    /// An error while tracing, with the model source line of the tensor call that caused it
+    /// (`#[track_caller]` through the tensor API and the layers).
+    #[error("{file}:{line}:{column}: {error}")]
+    At {
+        /// Source file of the call, as the compiler saw it.
+        file: String,
+        /// Line.
+        line: u32,
+        /// Column.
+        column: u32,
+        /// What went wrong there.
+        error: Box<Error>,
+    },
     /// A weights file that cannot be read or written.
     #[error("{path}: {message}")]
     File {
@@ -44,6 +57,39 @@ pub enum Error {
         /// Why.
         message: String,
     },
+}
+
+impl Error {
+    /// `error` located at `caller`. An error already located in the model's code keeps its
+    /// place (the innermost model line); one located inside this crate (a layer's own tensor
+    /// calls) moves out to `caller`, so a layer's error names the line that called the layer.
+    pub fn at(caller: &std::panic::Location<'_>, error: Error) -> Error {
+        match error {
+            Error::At { ref file, .. } if !in_this_crate(file) => error,
+            Error::At { error, .. } => Error::at(caller, *error),
+            error => Error::At {
+                file: caller.file().to_string(),
+                line: caller.line(),
+                column: caller.column(),
+                error: Box::new(error),
+            },
+        }
+    }
+
+    /// The error without its source location.
+    pub fn unlocated(&self) -> &Error {
+        match self {
+            Error::At { error, .. } => error.unlocated(),
+            e => e,
+        }
+    }
+}
+
+/// Whether `file` (as `Location::file` gives it) is one of this crate's sources.
+fn in_this_crate(file: &str) -> bool {
+    let own = file!();
+    let dir = own.strip_suffix("error.rs").unwrap_or(own);
+    file.starts_with(dir)
 }
 
 /// ` at {path}`, or nothing at the top level.

@@ -53,24 +53,28 @@ impl Tensor {
     }
 
     /// The dim at `axis` (negative counts from the end).
+    #[track_caller]
     pub fn dim(&self, axis: isize) -> Result<Dim> {
         let a = self.axis("dim", axis)?;
         Ok(self.ty.shape.0[a].clone())
     }
 
     /// Record `op` on `self` and `others`.
+    #[track_caller]
     fn record(&self, op: Op, others: &[&Tensor]) -> Result<Tensor> {
+        let caller = std::panic::Location::caller();
         let mut ids = vec![self.id];
         for t in others {
             if !Rc::ptr_eq(&t.state, &self.state) {
-                return Err(Error::ForeignTensor { op: op.name().into(), path: self.state.borrow().path() });
+                let error = Error::ForeignTensor { op: op.name().into(), path: self.state.borrow().path() };
+                return Err(Error::at(caller, error));
             }
             ids.push(t.id);
         }
         let mut state = self.state.borrow_mut();
         let path = state.path();
         let name = op.name();
-        let id = state.graph.add(op, &ids, &path)?;
+        let id = state.graph.add(op, &ids, &path).map_err(|e| Error::at(caller, e.into()))?;
         let ty = state.graph.node(id).expect("just added").ty.clone();
         if let Some(profiler) = state.profiler.as_mut() {
             profiler(&TraceEvent { node: id, op: name, path: &path, ty: &ty });
@@ -79,11 +83,14 @@ impl Tensor {
         Ok(Tensor { state: Rc::clone(&self.state), id, ty })
     }
 
+    #[track_caller]
     fn error(&self, op: &str, message: String) -> Error {
-        Error::Argument { op: op.into(), path: self.state.borrow().path(), message }
+        let error = Error::Argument { op: op.into(), path: self.state.borrow().path(), message };
+        Error::at(std::panic::Location::caller(), error)
     }
 
     /// Resolve a possibly negative axis.
+    #[track_caller]
     fn axis(&self, op: &str, axis: isize) -> Result<usize> {
         let r = self.rank() as isize;
         let a = if axis < 0 { axis + r } else { axis };
@@ -94,19 +101,24 @@ impl Tensor {
     }
 
     /// A scalar constant of this tensor's dtype, recorded under the current path.
+    #[track_caller]
     fn scalar_like(&self, value: f64) -> Result<Tensor> {
         let mut state = self.state.borrow_mut();
         let path = state.path();
         let ty = TensorType::new(self.dtype(), Shape::scalar());
-        let id = state.graph.declare(Op::Constant { value: Literal::Splat(F64(value)) }, ty, &path)?;
+        let constant = Op::Constant { value: Literal::Splat(F64(value)) };
+        let caller = std::panic::Location::caller();
+        let id = state.graph.declare(constant, ty, &path).map_err(|e| Error::at(caller, e.into()))?;
         drop(state);
         Ok(Tensor::recorded(&self.state, id))
     }
 
+    #[track_caller]
     fn unary(&self, u: UnaryOp) -> Result<Tensor> {
         self.record(Op::Unary(u), &[])
     }
 
+    #[track_caller]
     fn binary(&self, b: BinaryOp, other: &Tensor) -> Result<Tensor> {
         self.record(Op::Binary(b), &[other])
     }
@@ -116,7 +128,7 @@ impl Tensor {
 macro_rules! unary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
         impl Tensor {
-            $($(#[$doc])* pub fn $name(&self) -> Result<Tensor> { self.unary(UnaryOp::$op) })*
+            $($(#[$doc])* #[track_caller] pub fn $name(&self) -> Result<Tensor> { self.unary(UnaryOp::$op) })*
         }
     };
 }
@@ -156,7 +168,7 @@ unary_methods! {
 macro_rules! binary_methods {
     ($($(#[$doc:meta])* $name:ident => $op:ident;)*) => {
         impl Tensor {
-            $($(#[$doc])* pub fn $name(&self, other: &Tensor) -> Result<Tensor> { self.binary(BinaryOp::$op, other) })*
+            $($(#[$doc])* #[track_caller] pub fn $name(&self, other: &Tensor) -> Result<Tensor> { self.binary(BinaryOp::$op, other) })*
         }
     };
 }
@@ -192,36 +204,43 @@ binary_methods! {
 
 impl Tensor {
     /// `x + c`.
+    #[track_caller]
     pub fn add_scalar(&self, c: f64) -> Result<Tensor> {
         self.add(&self.scalar_like(c)?)
     }
 
     /// `x * c`.
+    #[track_caller]
     pub fn mul_scalar(&self, c: f64) -> Result<Tensor> {
         self.mul(&self.scalar_like(c)?)
     }
 
     /// `x / c`.
+    #[track_caller]
     pub fn div_scalar(&self, c: f64) -> Result<Tensor> {
         self.div(&self.scalar_like(c)?)
     }
 
     /// `x ^ c`.
+    #[track_caller]
     pub fn pow_scalar(&self, c: f64) -> Result<Tensor> {
         self.pow(&self.scalar_like(c)?)
     }
 
     /// `x * x`.
+    #[track_caller]
     pub fn square(&self) -> Result<Tensor> {
         self.mul(self)
     }
 
     /// `self ? on_true : on_false` (self is bool), broadcasting all three.
+    #[track_caller]
     pub fn select(&self, on_true: &Tensor, on_false: &Tensor) -> Result<Tensor> {
         self.record(Op::Where, &[on_true, on_false])
     }
 
     /// Convert to `dtype`.
+    #[track_caller]
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype() {
             return Ok(self.clone());
@@ -229,59 +248,74 @@ impl Tensor {
         self.record(Op::Cast { to: dtype }, &[])
     }
 
+    #[track_caller]
     fn reduce(&self, op: ReduceOp, axes: &[isize], keepdim: bool) -> Result<Tensor> {
-        let mut resolved = axes.iter().map(|&a| self.axis(op.name(), a)).collect::<Result<Vec<usize>>>()?;
+        // A loop, not a closure: the axis error must keep the model's line (`#[track_caller]`).
+        let mut resolved = Vec::with_capacity(axes.len());
+        for &a in axes {
+            resolved.push(self.axis(op.name(), a)?);
+        }
         resolved.sort_unstable();
         resolved.dedup();
         self.record(Op::Reduce { op, axes: resolved, keepdim }, &[])
     }
 
     /// Sum over `axes` (negative axes count from the end).
+    #[track_caller]
     pub fn sum(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Sum, axes, keepdim)
     }
 
     /// Mean over `axes`.
+    #[track_caller]
     pub fn mean(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Mean, axes, keepdim)
     }
 
     /// Maximum over `axes`.
+    #[track_caller]
     pub fn max(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Max, axes, keepdim)
     }
 
     /// Minimum over `axes`.
+    #[track_caller]
     pub fn min(&self, axes: &[isize], keepdim: bool) -> Result<Tensor> {
         self.reduce(ReduceOp::Min, axes, keepdim)
     }
 
     /// Batched matrix product (batch dims broadcast).
+    #[track_caller]
     pub fn matmul(&self, other: &Tensor) -> Result<Tensor> {
         self.record(Op::MatMul, &[other])
     }
 
     /// `self[..., k] @ dequantize(w)^T` for `w: u8[n, row_bytes]` in `format` (`Op::QuantMatMul`).
+    #[track_caller]
     pub fn quant_matmul(&self, w: &Tensor, format: rustral_ir::QuantFormat) -> Result<Tensor> {
         self.record(Op::QuantMatMul { format }, &[w])
     }
 
     /// `u8` blocks `[..., row_bytes]` to their f32 weights (`Op::Dequantize`).
+    #[track_caller]
     pub fn dequantize(&self, format: rustral_ir::QuantFormat) -> Result<Tensor> {
         self.record(Op::Dequantize { format }, &[])
     }
 
     /// Same elements, new shape (element counts must agree, symbolically).
+    #[track_caller]
     pub fn reshape(&self, dims: &[Dim]) -> Result<Tensor> {
         self.record(Op::Reshape { shape: Shape(dims.to_vec()) }, &[])
     }
 
     /// Reorder axes: `out.dims[i] = in.dims[perm[i]]`.
+    #[track_caller]
     pub fn permute(&self, perm: &[usize]) -> Result<Tensor> {
         self.record(Op::Permute { perm: perm.to_vec() }, &[])
     }
 
     /// Swap two axes (negative axes count from the end).
+    #[track_caller]
     pub fn transpose(&self, d0: isize, d1: isize) -> Result<Tensor> {
         let (a, b) = (self.axis("transpose", d0)?, self.axis("transpose", d1)?);
         let mut perm: Vec<usize> = (0..self.rank()).collect();
@@ -290,28 +324,36 @@ impl Tensor {
     }
 
     /// Broadcast to `dims` by numpy's rules.
+    #[track_caller]
     pub fn broadcast_to(&self, dims: &[Dim]) -> Result<Tensor> {
         self.record(Op::BroadcastTo { shape: Shape(dims.to_vec()) }, &[])
     }
 
     /// Elements `start..end` along `axis`.
+    #[track_caller]
     pub fn slice(&self, axis: isize, start: usize, end: impl Into<Dim>) -> Result<Tensor> {
         let axis = self.axis("slice", axis)?;
         self.record(Op::Slice { axis, start, end: end.into() }, &[])
     }
 
     /// Join `parts` along `axis`.
+    #[track_caller]
     pub fn concat(parts: &[&Tensor], axis: isize) -> Result<Tensor> {
-        let (first, rest) = parts.split_first().ok_or_else(|| Error::Argument {
-            op: "concat".into(),
-            path: String::new(),
-            message: "needs at least one tensor".into(),
+        let caller = std::panic::Location::caller();
+        let (first, rest) = parts.split_first().ok_or_else(|| {
+            let error = Error::Argument {
+                op: "concat".into(),
+                path: String::new(),
+                message: "needs at least one tensor".into(),
+            };
+            Error::at(caller, error)
         })?;
         let axis = first.axis("concat", axis)?;
         first.record(Op::Concat { axis }, rest)
     }
 
     /// `take(self, indices, axis)`: rows of a table (embedding lookup with `axis = 0`).
+    #[track_caller]
     pub fn gather(&self, indices: &Tensor, axis: isize) -> Result<Tensor> {
         let axis = self.axis("gather", axis)?;
         self.record(Op::Gather { axis }, &[indices])
@@ -319,6 +361,7 @@ impl Tensor {
 
     /// `self` with `update` written at `position..` along `axis` (`position` an integer
     /// scalar tensor): a KV cache growing by a step.
+    #[track_caller]
     pub fn update_slice(&self, update: &Tensor, position: &Tensor, axis: isize) -> Result<Tensor> {
         let axis = self.axis("update_slice", axis)?;
         self.record(Op::UpdateSlice { axis }, &[update, position])
@@ -326,11 +369,13 @@ impl Tensor {
 
     /// Attention of queries `self: [b, h, lq, d]` starting at `position` over a cache
     /// `k: [b, kvh, lk, d]`, `v: [b, kvh, lk, dv]` (`Op::CachedAttention`).
+    #[track_caller]
     pub fn cached_attention(&self, k: &Tensor, v: &Tensor, position: &Tensor, scale: f64) -> Result<Tensor> {
         self.record(Op::CachedAttention { scale: rustral_ir::F64(scale) }, &[k, v, position])
     }
 
     /// Softmax along `axis`, traced as primitives: `exp(x - max) / sum(exp(x - max))`.
+    #[track_caller]
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
         let shifted = self.sub(&self.max(&[axis], true)?)?;
         let e = shifted.exp()?;
@@ -338,6 +383,7 @@ impl Tensor {
     }
 
     /// Log-softmax along `axis`: `(x - max) - log(sum(exp(x - max)))`.
+    #[track_caller]
     pub fn log_softmax(&self, axis: isize) -> Result<Tensor> {
         let shifted = self.sub(&self.max(&[axis], true)?)?;
         shifted.sub(&shifted.exp()?.sum(&[axis], true)?.log()?)
@@ -349,6 +395,7 @@ macro_rules! operator {
     ($trait:ident, $method:ident, $call:ident) => {
         impl std::ops::$trait<&Tensor> for &Tensor {
             type Output = Result<Tensor>;
+            #[track_caller]
             fn $method(self, rhs: &Tensor) -> Result<Tensor> {
                 self.$call(rhs)
             }
@@ -363,6 +410,7 @@ operator!(Div, div, div);
 
 impl std::ops::Neg for &Tensor {
     type Output = Result<Tensor>;
+    #[track_caller]
     fn neg(self) -> Result<Tensor> {
         Tensor::neg(self)
     }

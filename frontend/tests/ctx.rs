@@ -93,9 +93,10 @@ fn initialisers_are_seeded_per_name_and_reproducible() {
     let u = ParamStore::init(&u.params, 1);
     assert!(u.get("u").unwrap().data.iter().all(|v| (-1.0..3.0).contains(v)));
     let bad = trace(opts(), |ctx| Ok(vec![ctx.param("w", &[Dim::fixed(2)], Init::Normal { std: -1.0 })?]));
-    assert!(matches!(bad, Err(Error::Param { .. })));
-    let sym = trace(opts(), |ctx| Ok(vec![ctx.param("w", &[Dim::sym("n")], Init::Zeros)?]));
-    assert_eq!(sym.unwrap_err().to_string(), "parameter \"w\": shape [n] is not static (parameters need fixed sizes)");
+    assert!(matches!(bad.as_ref().map_err(Error::unlocated), Err(Error::Param { .. })), "{bad:?}");
+    let sym = trace(opts(), |ctx| Ok(vec![ctx.param("w", &[Dim::sym("n")], Init::Zeros)?])).unwrap_err();
+    assert_eq!(sym.unlocated().to_string(), "parameter \"w\": shape [n] is not static (parameters need fixed sizes)");
+    assert!(sym.to_string().starts_with("frontend/tests/ctx.rs:"), "{sym}");
 }
 
 #[test]
@@ -107,7 +108,8 @@ fn tensors_from_another_trace_are_rejected() {
         Ok(vec![ctx.scope("head", |_| x.add(&foreign))?])
     })
     .unwrap_err();
-    assert_eq!(err.to_string(), "tensor from another trace used in `add` at head");
+    assert_eq!(err.unlocated().to_string(), "tensor from another trace used in `add` at head");
+    assert!(err.to_string().starts_with("frontend/tests/ctx.rs:"), "{err}");
 }
 
 #[test]
@@ -117,7 +119,8 @@ fn bad_arguments_name_the_op_and_path() {
         Ok(vec![ctx.scope("pool", |_| x.sum(&[3], false))?])
     })
     .unwrap_err();
-    assert_eq!(err.to_string(), "`reduce_sum` at pool: axis 3 out of range for f32[2]");
+    assert_eq!(err.unlocated().to_string(), "`reduce_sum` at pool: axis 3 out of range for f32[2]");
+    assert!(err.to_string().starts_with("frontend/tests/ctx.rs:"), "{err}");
     let mut options = opts();
     options.mode = Mode::Train;
     let err = trace(options, |ctx| {
@@ -125,5 +128,8 @@ fn bad_arguments_name_the_op_and_path() {
         Ok(vec![Dropout { p: 1.0 }.forward(ctx, &x)?])
     })
     .unwrap_err();
-    assert_eq!(err.to_string(), "`dropout`: drop probability 1 is not in [0, 1)");
+    let line = line!() - 3;
+    assert_eq!(err.unlocated().to_string(), "`dropout`: drop probability 1 is not in [0, 1)");
+    // The layer's error names the line that called `forward`, not a line inside the layer.
+    assert!(err.to_string().starts_with(&format!("frontend/tests/ctx.rs:{line}:")), "{err}");
 }

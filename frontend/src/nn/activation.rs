@@ -17,13 +17,16 @@ pub enum Activation {
 
 impl Activation {
     /// Trace the activation.
+    #[track_caller]
     pub fn apply(self, x: &Tensor) -> Result<Tensor> {
-        match self {
-            Activation::Relu => x.relu(),
-            Activation::GeluErf => gelu(x, false),
-            Activation::GeluTanh => gelu(x, true),
-            Activation::Silu => silu(x),
-        }
+        super::called_here(|| -> Result<Tensor> {
+            match self {
+                Activation::Relu => x.relu(),
+                Activation::GeluErf => gelu(x, false),
+                Activation::GeluTanh => gelu(x, true),
+                Activation::Silu => silu(x),
+            }
+        })
     }
 
     /// From a Hugging Face `hidden_act` / `activation_function` string.
@@ -40,17 +43,21 @@ impl Activation {
 
 /// GELU: `x * 0.5 * (1 + erf(x / sqrt(2)))`, or with `tanh_form`
 /// `0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))`.
+#[track_caller]
 pub fn gelu(x: &Tensor, tanh_form: bool) -> Result<Tensor> {
-    if tanh_form {
-        let inner =
-            x.add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?;
-        x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)
-    } else {
-        x.mul_scalar(0.5)?.mul(&x.div_scalar(std::f64::consts::SQRT_2)?.erf()?.add_scalar(1.0)?)
-    }
+    super::called_here(|| -> Result<Tensor> {
+        if tanh_form {
+            let inner =
+                x.add(&x.pow_scalar(3.0)?.mul_scalar(0.044715)?)?.mul_scalar((2.0 / std::f64::consts::PI).sqrt())?;
+            x.mul_scalar(0.5)?.mul(&inner.tanh()?.add_scalar(1.0)?)
+        } else {
+            x.mul_scalar(0.5)?.mul(&x.div_scalar(std::f64::consts::SQRT_2)?.erf()?.add_scalar(1.0)?)
+        }
+    })
 }
 
 /// SiLU: `x * sigmoid(x)`.
+#[track_caller]
 pub fn silu(x: &Tensor) -> Result<Tensor> {
-    x.mul(&x.sigmoid()?)
+    super::called_here(|| -> Result<Tensor> { x.mul(&x.sigmoid()?) })
 }

@@ -60,32 +60,35 @@ pub struct MultiHeadAttention {
 impl MultiHeadAttention {
     /// Trace attention of `x` with an optional additive mask broadcastable to
     /// `[batch, heads, seq, seq]` (see `padding_mask`).
+    #[track_caller]
     pub fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            let (q, k, v) = self.project(ctx, x)?;
-            let (mut q, mut k) = (self.split_heads(&q, self.n_heads)?, self.split_heads(&k, self.n_kv_heads)?);
-            let v = self.split_heads(&v, self.n_kv_heads)?;
-            // A cache keeps key/value heads unrepeated (cached_attention shares them).
-            let shared_v = if ctx.kv_capacity().is_some() { v.clone() } else { self.repeat_kv(&v)? };
-            if let Some(rope) = self.rope {
-                (q, k) = rope.apply(ctx, &q, &k)?;
-            }
-            if ctx.kv_capacity().is_some() {
-                return self.cached(ctx, &q, &k, &v, mask);
-            }
-            let k = self.repeat_kv(&k)?;
-            let scores = q.matmul(&k.transpose(-2, -1)?)?;
-            let d = (self.head_dim as f64).sqrt();
-            let mut scores = if self.divide_scores { scores.div_scalar(d)? } else { scores.mul_scalar(1.0 / d)? };
-            if let Some(m) = mask {
-                scores = scores.add(m)?;
-            }
-            if self.causal {
-                scores = causal_mask(ctx, &scores)?;
-            }
-            let probs = self.dropout.forward(ctx, &scores.softmax(-1)?)?;
-            let merged = self.merge_heads(&probs.matmul(&shared_v)?)?;
-            self.out.forward(ctx, &merged)
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| {
+                let (q, k, v) = self.project(ctx, x)?;
+                let (mut q, mut k) = (self.split_heads(&q, self.n_heads)?, self.split_heads(&k, self.n_kv_heads)?);
+                let v = self.split_heads(&v, self.n_kv_heads)?;
+                // A cache keeps key/value heads unrepeated (cached_attention shares them).
+                let shared_v = if ctx.kv_capacity().is_some() { v.clone() } else { self.repeat_kv(&v)? };
+                if let Some(rope) = self.rope {
+                    (q, k) = rope.apply(ctx, &q, &k)?;
+                }
+                if ctx.kv_capacity().is_some() {
+                    return self.cached(ctx, &q, &k, &v, mask);
+                }
+                let k = self.repeat_kv(&k)?;
+                let scores = q.matmul(&k.transpose(-2, -1)?)?;
+                let d = (self.head_dim as f64).sqrt();
+                let mut scores = if self.divide_scores { scores.div_scalar(d)? } else { scores.mul_scalar(1.0 / d)? };
+                if let Some(m) = mask {
+                    scores = scores.add(m)?;
+                }
+                if self.causal {
+                    scores = causal_mask(ctx, &scores)?;
+                }
+                let probs = self.dropout.forward(ctx, &scores.softmax(-1)?)?;
+                let merged = self.merge_heads(&probs.matmul(&shared_v)?)?;
+                self.out.forward(ctx, &merged)
+            })
         })
     }
 
@@ -164,42 +167,50 @@ fn causal_mask(ctx: &mut ForwardCtx, scores: &Tensor) -> Result<Tensor> {
 
 /// The additive mask for a `[batch, seq]` attention mask of 1 (attend) and 0 (padding):
 /// `(1 - mask) * most_negative_f32`, shaped `[batch, 1, 1, seq]`.
+#[track_caller]
 pub fn padding_mask(ctx: &mut ForwardCtx, mask: &Tensor) -> Result<Tensor> {
-    ctx.scope("padding_mask", |_| {
-        let (b, s) = (mask.dim(0)?, mask.dim(1)?);
-        let inverted = mask.mul_scalar(-1.0)?.add_scalar(1.0)?;
-        inverted.mul_scalar(MASKED)?.reshape(&[b, Dim::fixed(1), Dim::fixed(1), s])
+    super::called_here(|| -> Result<Tensor> {
+        ctx.scope("padding_mask", |_| {
+            let (b, s) = (mask.dim(0)?, mask.dim(1)?);
+            let inverted = mask.mul_scalar(-1.0)?.add_scalar(1.0)?;
+            inverted.mul_scalar(MASKED)?.reshape(&[b, Dim::fixed(1), Dim::fixed(1), s])
+        })
     })
 }
 
 impl Rope {
     /// Rotate queries and keys of shape `[b, h, s, d]`: `x * cos + rotate_half(x) * sin`, with
     /// angles `position * theta^(-2i/d)` repeated over both halves (computed once for both).
+    #[track_caller]
     pub fn apply(&self, ctx: &mut ForwardCtx, q: &Tensor, k: &Tensor) -> Result<(Tensor, Tensor)> {
-        ctx.scope("rope", |ctx| {
-            let (s, d) = (q.dim(2)?, q.dim(3)?);
-            let Some(d) = d.as_static().filter(|d| d % 2 == 0) else {
-                let message = format!("head dim {d} must be static and even");
-                return Err(crate::Error::Argument { op: "rope".into(), path: ctx.path(), message });
-            };
-            let half = d / 2;
-            let inv_freq: Vec<f64> =
-                (0..half).map(|i| 1.0 / self.theta.powf((2 * i) as f64 / d as f64)).map(|f| f as f32 as f64).collect();
-            let inv_freq = ctx.constant(&inv_freq, &[1, half], q.dtype())?;
-            let pos = match ctx.position()? {
-                // Generation: positions start at the step's first token.
-                Some(first) => ctx.iota(&[s, Dim::fixed(1)], 0, DType::I64)?.add(&first)?.cast(q.dtype())?,
-                None => ctx.iota(&[s, Dim::fixed(1)], 0, q.dtype())?,
-            };
-            let freqs = pos.mul(&inv_freq)?;
-            let angles = Tensor::concat(&[&freqs, &freqs], -1)?;
-            let (cos, sin) = (angles.cos()?, angles.sin()?);
-            let rotate = |x: &Tensor| -> Result<Tensor> {
-                let (x1, x2) = (x.slice(-1, 0, half)?, x.slice(-1, half, d)?);
-                let rotated = Tensor::concat(&[&x2.neg()?, &x1], -1)?;
-                x.mul(&cos)?.add(&rotated.mul(&sin)?)
-            };
-            Ok((rotate(q)?, rotate(k)?))
+        super::called_here(|| -> Result<(Tensor, Tensor)> {
+            ctx.scope("rope", |ctx| {
+                let (s, d) = (q.dim(2)?, q.dim(3)?);
+                let Some(d) = d.as_static().filter(|d| d % 2 == 0) else {
+                    let message = format!("head dim {d} must be static and even");
+                    return Err(crate::Error::Argument { op: "rope".into(), path: ctx.path(), message });
+                };
+                let half = d / 2;
+                let inv_freq: Vec<f64> = (0..half)
+                    .map(|i| 1.0 / self.theta.powf((2 * i) as f64 / d as f64))
+                    .map(|f| f as f32 as f64)
+                    .collect();
+                let inv_freq = ctx.constant(&inv_freq, &[1, half], q.dtype())?;
+                let pos = match ctx.position()? {
+                    // Generation: positions start at the step's first token.
+                    Some(first) => ctx.iota(&[s, Dim::fixed(1)], 0, DType::I64)?.add(&first)?.cast(q.dtype())?,
+                    None => ctx.iota(&[s, Dim::fixed(1)], 0, q.dtype())?,
+                };
+                let freqs = pos.mul(&inv_freq)?;
+                let angles = Tensor::concat(&[&freqs, &freqs], -1)?;
+                let (cos, sin) = (angles.cos()?, angles.sin()?);
+                let rotate = |x: &Tensor| -> Result<Tensor> {
+                    let (x1, x2) = (x.slice(-1, 0, half)?, x.slice(-1, half, d)?);
+                    let rotated = Tensor::concat(&[&x2.neg()?, &x1], -1)?;
+                    x.mul(&cos)?.add(&rotated.mul(&sin)?)
+                };
+                Ok((rotate(q)?, rotate(k)?))
+            })
         })
     }
 }

@@ -20,13 +20,16 @@ pub struct BertLayer {
 
 impl BertLayer {
     /// Trace the layer with an additive attention mask.
+    #[track_caller]
     pub fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let a = self.attention.forward(ctx, x, mask)?;
-        let a = ctx.scope("attention.output", |ctx| self.dropout.forward(ctx, &a))?;
-        let h = self.attention_norm.forward(ctx, &a.add(x)?)?;
-        let f = self.ffn.forward(ctx, &h)?;
-        let f = ctx.scope("output", |ctx| self.dropout.forward(ctx, &f))?;
-        self.output_norm.forward(ctx, &f.add(&h)?)
+        super::called_here(|| -> Result<Tensor> {
+            let a = self.attention.forward(ctx, x, mask)?;
+            let a = ctx.scope("attention.output", |ctx| self.dropout.forward(ctx, &a))?;
+            let h = self.attention_norm.forward(ctx, &a.add(x)?)?;
+            let f = self.ffn.forward(ctx, &h)?;
+            let f = ctx.scope("output", |ctx| self.dropout.forward(ctx, &f))?;
+            self.output_norm.forward(ctx, &f.add(&h)?)
+        })
     }
 }
 
@@ -46,13 +49,16 @@ pub struct Gpt2Block {
 }
 
 impl Module for Gpt2Block {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        let h = self.ln_1.forward(ctx, x)?;
-        let a = self.attn.forward(ctx, &h, None)?;
-        let x = x.add(&ctx.scope("attn", |ctx| self.dropout.forward(ctx, &a))?)?;
-        let h = self.ln_2.forward(ctx, &x)?;
-        let m = self.mlp.forward(ctx, &h)?;
-        x.add(&ctx.scope("mlp", |ctx| self.dropout.forward(ctx, &m))?)
+        super::called_here(|| -> Result<Tensor> {
+            let h = self.ln_1.forward(ctx, x)?;
+            let a = self.attn.forward(ctx, &h, None)?;
+            let x = x.add(&ctx.scope("attn", |ctx| self.dropout.forward(ctx, &a))?)?;
+            let h = self.ln_2.forward(ctx, &x)?;
+            let m = self.mlp.forward(ctx, &h)?;
+            x.add(&ctx.scope("mlp", |ctx| self.dropout.forward(ctx, &m))?)
+        })
     }
 }
 
@@ -70,10 +76,13 @@ pub struct LlamaBlock {
 }
 
 impl Module for LlamaBlock {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        let h = self.input_norm.forward(ctx, x)?;
-        let x = x.add(&self.attn.forward(ctx, &h, None)?)?;
-        let h = self.post_norm.forward(ctx, &x)?;
-        x.add(&self.mlp.forward(ctx, &h)?)
+        super::called_here(|| -> Result<Tensor> {
+            let h = self.input_norm.forward(ctx, x)?;
+            let x = x.add(&self.attn.forward(ctx, &h, None)?)?;
+            let h = self.post_norm.forward(ctx, &x)?;
+            x.add(&self.mlp.forward(ctx, &h)?)
+        })
     }
 }

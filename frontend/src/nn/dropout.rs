@@ -12,19 +12,22 @@ pub struct Dropout {
 }
 
 impl Module for Dropout {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        if !(0.0..1.0).contains(&self.p) {
-            let message = format!("drop probability {} is not in [0, 1)", self.p);
-            return Err(crate::Error::Argument { op: "dropout".into(), path: ctx.path(), message });
-        }
-        if ctx.mode() == Mode::Inference || self.p == 0.0 {
-            return Ok(x.clone());
-        }
-        ctx.scope("dropout", |ctx| {
-            let u = ctx.random_uniform(x.dims(), x.dtype())?;
-            let keep = u.ge(&ctx.scalar(self.p, x.dtype())?)?;
-            let zero = ctx.scalar(0.0, x.dtype())?;
-            keep.select(&x.mul_scalar(1.0 / (1.0 - self.p))?, &zero)
+        super::called_here(|| -> Result<Tensor> {
+            if !(0.0..1.0).contains(&self.p) {
+                let message = format!("drop probability {} is not in [0, 1)", self.p);
+                return Err(crate::Error::Argument { op: "dropout".into(), path: ctx.path(), message });
+            }
+            if ctx.mode() == Mode::Inference || self.p == 0.0 {
+                return Ok(x.clone());
+            }
+            ctx.scope("dropout", |ctx| {
+                let u = ctx.random_uniform(x.dims(), x.dtype())?;
+                let keep = u.ge(&ctx.scalar(self.p, x.dtype())?)?;
+                let zero = ctx.scalar(0.0, x.dtype())?;
+                keep.select(&x.mul_scalar(1.0 / (1.0 - self.p))?, &zero)
+            })
         })
     }
 }

@@ -18,11 +18,14 @@ pub struct Mlp {
 }
 
 impl Module for Mlp {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            let up = self.up.forward(ctx, x)?;
-            let h = ctx.scope(&self.up.name, |_| self.act.apply(&up))?;
-            self.down.forward(ctx, &h)
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| {
+                let up = self.up.forward(ctx, x)?;
+                let h = ctx.scope(&self.up.name, |_| self.act.apply(&up))?;
+                self.down.forward(ctx, &h)
+            })
         })
     }
 }
@@ -41,10 +44,13 @@ pub struct SwiGlu {
 }
 
 impl Module for SwiGlu {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            let gated = super::silu(&self.gate.forward(ctx, x)?)?.mul(&self.up.forward(ctx, x)?)?;
-            self.down.forward(ctx, &gated)
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| {
+                let gated = super::silu(&self.gate.forward(ctx, x)?)?.mul(&self.up.forward(ctx, x)?)?;
+                self.down.forward(ctx, &gated)
+            })
         })
     }
 }

@@ -40,26 +40,31 @@ impl Linear {
 }
 
 impl Module for Linear {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            let init = Init::Normal { std: 0.02 };
-            if let (Some(format), WeightLayout::OutIn) = (ctx.quantized("weight"), self.layout) {
-                let w = ctx.quantized_param("weight", self.d_out, self.d_in, format)?;
-                let y = x.quant_matmul(&w, format)?;
-                return if self.bias {
-                    y.add(&ctx.param("bias", &[Dim::fixed(self.d_out)], Init::Zeros)?)
-                } else {
-                    Ok(y)
-                };
-            }
-            let w = match self.layout {
-                WeightLayout::OutIn => {
-                    ctx.param("weight", &[Dim::fixed(self.d_out), Dim::fixed(self.d_in)], init)?.transpose(0, 1)?
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| {
+                let init = Init::Normal { std: 0.02 };
+                if let (Some(format), WeightLayout::OutIn) = (ctx.quantized("weight"), self.layout) {
+                    let w = ctx.quantized_param("weight", self.d_out, self.d_in, format)?;
+                    let y = x.quant_matmul(&w, format)?;
+                    return if self.bias {
+                        y.add(&ctx.param("bias", &[Dim::fixed(self.d_out)], Init::Zeros)?)
+                    } else {
+                        Ok(y)
+                    };
                 }
-                WeightLayout::InOut => ctx.param("weight", &[Dim::fixed(self.d_in), Dim::fixed(self.d_out)], init)?,
-            };
-            let y = x.matmul(&w)?;
-            if self.bias { y.add(&ctx.param("bias", &[Dim::fixed(self.d_out)], Init::Zeros)?) } else { Ok(y) }
+                let w = match self.layout {
+                    WeightLayout::OutIn => {
+                        ctx.param("weight", &[Dim::fixed(self.d_out), Dim::fixed(self.d_in)], init)?.transpose(0, 1)?
+                    }
+                    WeightLayout::InOut => {
+                        ctx.param("weight", &[Dim::fixed(self.d_in), Dim::fixed(self.d_out)], init)?
+                    }
+                };
+                let y = x.matmul(&w)?;
+                if self.bias { y.add(&ctx.param("bias", &[Dim::fixed(self.d_out)], Init::Zeros)?) } else { Ok(y) }
+            })
         })
     }
 }
@@ -83,10 +88,15 @@ impl Embedding {
 
     /// The table itself (for tied output projections): f32 `[vocab, dim]`, or `u8` blocks
     /// `[vocab, row_bytes]` when the trace binds it quantized.
+    #[track_caller]
     pub fn weight(&self, ctx: &mut ForwardCtx) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| match ctx.quantized("weight") {
-            Some(format) => ctx.quantized_param("weight", self.vocab, self.dim, format),
-            None => ctx.param("weight", &[Dim::fixed(self.vocab), Dim::fixed(self.dim)], Init::Normal { std: 0.02 }),
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| match ctx.quantized("weight") {
+                Some(format) => ctx.quantized_param("weight", self.vocab, self.dim, format),
+                None => {
+                    ctx.param("weight", &[Dim::fixed(self.vocab), Dim::fixed(self.dim)], Init::Normal { std: 0.02 })
+                }
+            })
         })
     }
 
@@ -97,18 +107,24 @@ impl Embedding {
 
     /// Rows of `table` (from [`Embedding::weight`]) for `ids`: a quantized table's rows are
     /// gathered as blocks and dequantized, so only the picked rows are unpacked.
+    #[track_caller]
     pub fn lookup(&self, ctx: &mut ForwardCtx, table: &Tensor, ids: &Tensor) -> Result<Tensor> {
-        let format = self.format(ctx);
-        ctx.scope(&self.name, |_| match format {
-            Some(format) => table.gather(ids, 0)?.dequantize(format),
-            None => table.gather(ids, 0),
+        super::called_here(|| -> Result<Tensor> {
+            let format = self.format(ctx);
+            ctx.scope(&self.name, |_| match format {
+                Some(format) => table.gather(ids, 0)?.dequantize(format),
+                None => table.gather(ids, 0),
+            })
         })
     }
 }
 
 impl Module for Embedding {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, ids: &Tensor) -> Result<Tensor> {
-        let w = self.weight(ctx)?;
-        self.lookup(ctx, &w, ids)
+        super::called_here(|| -> Result<Tensor> {
+            let w = self.weight(ctx)?;
+            self.lookup(ctx, &w, ids)
+        })
     }
 }

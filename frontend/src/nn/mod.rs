@@ -20,10 +20,20 @@ pub use linear::{Embedding, Linear, WeightLayout};
 pub use loss::cross_entropy;
 pub use norm::{LayerNorm, RmsNorm};
 
-use crate::{ForwardCtx, Result, Tensor};
+use crate::{Error, ForwardCtx, Result, Tensor};
 
 /// A layer of one input and one output.
 pub trait Module {
-    /// Trace the layer on `x` under its own scope.
+    /// Trace the layer on `x` under its own scope. An error names the model line that called
+    /// `forward` (`#[track_caller]`), not a line inside the layer.
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor>;
+}
+
+/// `layer`'s result, an error in it located at the model line that called the layer function this is
+/// called from (every layer function is `#[track_caller]`, and calls this directly).
+#[track_caller]
+fn called_here<T>(layer: impl FnOnce() -> Result<T>) -> Result<T> {
+    let caller = std::panic::Location::caller();
+    layer().map_err(|e| Error::at(caller, e))
 }

@@ -25,17 +25,20 @@ impl LayerNorm {
 }
 
 impl Module for LayerNorm {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            let centered = x.sub(&x.mean(&[-1], true)?)?;
-            let var = centered.square()?.mean(&[-1], true)?;
-            let y = centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
-            if !self.affine {
-                return Ok(y);
-            }
-            let w = ctx.param("weight", &[Dim::fixed(self.dim)], Init::Ones)?;
-            let b = ctx.param("bias", &[Dim::fixed(self.dim)], Init::Zeros)?;
-            y.mul(&w)?.add(&b)
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| {
+                let centered = x.sub(&x.mean(&[-1], true)?)?;
+                let var = centered.square()?.mean(&[-1], true)?;
+                let y = centered.mul(&var.add_scalar(self.eps)?.rsqrt()?)?;
+                if !self.affine {
+                    return Ok(y);
+                }
+                let w = ctx.param("weight", &[Dim::fixed(self.dim)], Init::Ones)?;
+                let b = ctx.param("bias", &[Dim::fixed(self.dim)], Init::Zeros)?;
+                y.mul(&w)?.add(&b)
+            })
         })
     }
 }
@@ -59,11 +62,14 @@ impl RmsNorm {
 }
 
 impl Module for RmsNorm {
+    #[track_caller]
     fn forward(&self, ctx: &mut ForwardCtx, x: &Tensor) -> Result<Tensor> {
-        ctx.scope(&self.name, |ctx| {
-            let inv = x.square()?.mean(&[-1], true)?.add_scalar(self.eps)?.rsqrt()?;
-            let w = ctx.param("weight", &[Dim::fixed(self.dim)], Init::Ones)?;
-            x.mul(&inv)?.mul(&w)
+        super::called_here(|| -> Result<Tensor> {
+            ctx.scope(&self.name, |ctx| {
+                let inv = x.square()?.mean(&[-1], true)?.add_scalar(self.eps)?.rsqrt()?;
+                let w = ctx.param("weight", &[Dim::fixed(self.dim)], Init::Ones)?;
+                x.mul(&inv)?.mul(&w)
+            })
         })
     }
 }
