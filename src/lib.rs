@@ -18,6 +18,9 @@ pub use rustral_runtime as runtime;
 
 #[doc(hidden)]
 pub mod model_file;
+
+#[cfg(feature = "compiler")]
+pub mod check_kernels;
 #[cfg(feature = "compiler")]
 mod session;
 #[cfg(feature = "compiler")]

@@ -261,3 +261,79 @@ fn user_errors_are_one_clear_message() {
     // Cargo's own message, pointing into the user's file.
     user_error(cli().arg(&broken).arg("-q"), &["expected `;`", "broken.rs:3:", "the model file does not build"]);
 }
+
+/// A model file whose LayerNorm and GELU are written out one op a line (lines 6-12 and
+/// 13-15), so where each fused kernel comes from is known. Kernels show them as runs
+/// (`model.rs:6-12`), the IR and program.json as every `file:line:col`.
+const TRACED_LINES: &str = "use rustral::prelude::*;\n\
+pub fn model(ctx: &mut ForwardCtx) -> rustral::Result<Vec<Tensor>> {\n\
+\x20   let x = ctx.input(\"x\", &[Dim::sym(\"batch\"), Dim::fixed(16)], DType::F32)?;\n\
+\x20   let w = ctx.param(\"ln.weight\", &[Dim::fixed(16)], Init::Normal { std: 1.0 })?;\n\
+\x20   let b = ctx.param(\"ln.bias\", &[Dim::fixed(16)], Init::Normal { std: 0.5 })?;\n\
+\x20   let m = x.mean(&[-1], true)?;\n\
+\x20   let d = x.sub(&m)?;\n\
+\x20   let v = d.square()?.mean(&[-1], true)?;\n\
+\x20   let r = v.add_scalar(1e-5)?.rsqrt()?;\n\
+\x20   let y = d.mul(&r)?;\n\
+\x20   let y = y.mul(&w)?;\n\
+\x20   let y = y.add(&b)?;\n\
+\x20   let c = y.mul(&y)?.mul(&y)?.mul_scalar(0.044715)?.add(&y)?;\n\
+\x20   let t = c.mul_scalar(0.7978845608028654)?.tanh()?.add_scalar(1.0)?;\n\
+\x20   Ok(vec![y.mul(&t)?.mul_scalar(0.5)?])\n\
+}\n";
+
+/// Every kernel names the model lines it computes: the fused IR, the WGSL kernels' comments
+/// and program.json, the CPU profile lines; `--check-kernels` checks each fused kernel against
+/// the primitives it replaced and passes.
+#[test]
+fn kernels_name_the_model_lines_they_compute() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.rs");
+    std::fs::write(&model, TRACED_LINES).unwrap();
+    let file = model.to_str().unwrap();
+    let (ln, gelu) = (format!("{file}:6-12"), format!("{file}:13-15"));
+
+    let ir = stdout(cli().args([file, "--emit", "opt-ir", "-q"]));
+    let line_of =
+        |op: &str| ir.lines().find(|l| l.contains(&format!("= {op} "))).unwrap_or_else(|| panic!("{op}:\n{ir}"));
+    for l in 6..=12 {
+        assert!(line_of("layer_norm").contains(&format!("\"{file}\":{l}:")), "line {l}:\n{ir}");
+    }
+    assert!(!line_of("layer_norm").contains(&format!("\"{file}\":13:")), "{ir}");
+    for l in 13..=15 {
+        assert!(line_of("gelu").contains(&format!("\"{file}\":{l}:")), "line {l}:\n{ir}");
+    }
+
+    let out = stdout(cli().args([file, "--run", "--profile", "--repeat", "3", "-q"]));
+    let profiled =
+        |op: &str| out.lines().find(|l| l.contains(&format!(" {op} "))).unwrap_or_else(|| panic!("{op}:\n{out}"));
+    assert!(out.contains("profile: 2 kernels"), "{out}");
+    assert!(profiled("layer_norm").ends_with(&ln), "{out}");
+    assert!(profiled("gelu").ends_with(&gelu), "{out}");
+
+    let out = stdout(cli().args([file, "--check-kernels", "-q"]));
+    assert!(out.contains("check-kernels passed"), "{out}");
+    assert!(out.contains("layer-norm (fuse-layer-norm): 1,") && out.contains("gelu-tanh (fuse-gelu): 1,"), "{out}");
+
+    if common::wgsl_available() {
+        let d = dir.path().join("out");
+        stdout(cli().args([file, "--target", "wgsl", "-o", d.to_str().unwrap(), "-q"]));
+        let wgsl = d.join("wgsl");
+        let program: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(wgsl.join("program.json")).unwrap()).unwrap();
+        for k in program["kernels"].as_array().unwrap() {
+            let name = k["name"].as_str().unwrap();
+            let shader = std::fs::read_to_string(wgsl.join(format!("{name}.wgsl"))).unwrap();
+            let (want, lines) = match k["op"].as_str().unwrap() {
+                "layer_norm" => (&ln, 6..=12),
+                "gelu" => (&gelu, 13..=15),
+                _ => continue,
+            };
+            assert!(shader.contains(&format!("// source: {want}\n")), "{name}:\n{shader}");
+            let loc: Vec<&str> = k["loc"].as_array().unwrap().iter().map(|l| l.as_str().unwrap()).collect();
+            for line in lines {
+                assert!(loc.iter().any(|l| l.starts_with(&format!("{file}:{line}:"))), "{name}: {loc:?}");
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::init::{Init, ParamSpec};
 use crate::tensor::Tensor;
-use rustral_ir::{DType, Dim, F64, Graph, Literal, NodeId, Op, Shape, TensorType};
+use rustral_ir::{DType, Dim, F64, Graph, Literal, NodeId, Op, Shape, SourceLoc, TensorType};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
@@ -124,12 +124,26 @@ impl Default for TraceOptions {
 pub(crate) struct TraceState {
     pub(crate) graph: Graph,
     pub(crate) scopes: Vec<String>,
+    /// The model lines that entered the current scopes from outside this crate (a layer's
+    /// `scope` call, `#[track_caller]` through the layer): where nodes a layer records from
+    /// inside a closure are located, since a closure's calls carry the closure's own lines.
+    pub(crate) sites: Vec<SourceLoc>,
     pub(crate) profiler: Option<Profiler>,
 }
 
 impl TraceState {
     pub(crate) fn path(&self) -> String {
         self.scopes.join(".")
+    }
+
+    /// Record the model line that created `id`: the caller, unless that is a line of this
+    /// crate (a layer's closure), then the model line that entered the layer.
+    pub(crate) fn locate(&mut self, id: NodeId, caller: &std::panic::Location<'_>) {
+        let loc = match self.sites.last() {
+            Some(site) if crate::error::in_this_crate(caller.file()) => site.clone(),
+            _ => SourceLoc::from_caller(caller),
+        };
+        self.graph.set_loc(id, vec![loc]);
     }
 }
 
@@ -214,7 +228,12 @@ pub fn trace_named(
 impl ForwardCtx {
     /// A fresh context with an empty graph.
     pub fn new(options: TraceOptions) -> ForwardCtx {
-        let state = TraceState { graph: Graph::new(options.name.clone()), scopes: Vec::new(), profiler: None };
+        let state = TraceState {
+            graph: Graph::new(options.name.clone()),
+            scopes: Vec::new(),
+            sites: Vec::new(),
+            profiler: None,
+        };
         let kv = options.kv_cache.map(|capacity| KvCache { capacity, position: None, outputs: Vec::new() });
         ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0, step: None, kv }
     }
@@ -251,13 +270,24 @@ impl ForwardCtx {
 
     /// Run `f` inside the module scope `name` (dots allowed): nodes record the extended path
     /// and parameters are named under it.
+    #[track_caller]
     pub fn scope<R>(&mut self, name: &str, f: impl FnOnce(&mut ForwardCtx) -> R) -> R {
-        if name.is_empty() {
-            return f(self);
+        let caller = std::panic::Location::caller();
+        let site = !crate::error::in_this_crate(caller.file());
+        if site {
+            self.state.borrow_mut().sites.push(SourceLoc::from_caller(caller));
         }
-        self.state.borrow_mut().scopes.push(name.to_string());
-        let out = f(self);
-        self.state.borrow_mut().scopes.pop();
+        let out = if name.is_empty() {
+            f(self)
+        } else {
+            self.state.borrow_mut().scopes.push(name.to_string());
+            let out = f(self);
+            self.state.borrow_mut().scopes.pop();
+            out
+        };
+        if site {
+            self.state.borrow_mut().sites.pop();
+        }
         out
     }
 
@@ -266,7 +296,13 @@ impl ForwardCtx {
         let caller = std::panic::Location::caller();
         let path = self.path();
         let id = self.state.borrow_mut().graph.declare(op, ty, &path).map_err(|e| Error::at(caller, e.into()))?;
+        self.locate(id, caller);
         Ok(Tensor::recorded(&self.state, id))
+    }
+
+    /// Record the model line that created `id`.
+    fn locate(&self, id: NodeId, caller: &std::panic::Location<'_>) {
+        self.state.borrow_mut().locate(id, caller);
     }
 
     fn shape(&self, dims: &[Dim]) -> Shape {
@@ -279,6 +315,7 @@ impl ForwardCtx {
         let caller = std::panic::Location::caller();
         let ty = TensorType::new(dtype, self.shape(dims));
         let id = self.state.borrow_mut().graph.input(name, ty).map_err(|e| Error::at(caller, e.into()))?;
+        self.locate(id, caller);
         Ok(Tensor::recorded(&self.state, id))
     }
 
@@ -339,6 +376,7 @@ impl ForwardCtx {
         };
         let ty = TensorType::new(dtype, shape);
         let id = self.state.borrow_mut().graph.param(&full, ty, &path).map_err(|e| Error::at(caller, e.into()))?;
+        self.locate(id, caller);
         self.params.push(ParamSpec { name: full, dtype, shape: static_dims, init });
         Ok(Tensor::recorded(&self.state, id))
     }
@@ -394,6 +432,7 @@ impl ForwardCtx {
             .graph
             .declare_with(random, &[step.id], ty, &path)
             .map_err(|e| Error::at(caller, e.into()))?;
+        self.locate(id, caller);
         Ok(Tensor::recorded(&self.state, id))
     }
 

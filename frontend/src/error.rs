@@ -86,7 +86,7 @@ impl Error {
 }
 
 /// Whether `file` (as `Location::file` gives it) is one of this crate's sources.
-fn in_this_crate(file: &str) -> bool {
+pub(crate) fn in_this_crate(file: &str) -> bool {
     let own = file!();
     let dir = own.strip_suffix("error.rs").unwrap_or(own);
     file.starts_with(dir)

@@ -75,6 +75,7 @@ impl Tensor {
         let path = state.path();
         let name = op.name();
         let id = state.graph.add(op, &ids, &path).map_err(|e| Error::at(caller, e.into()))?;
+        state.locate(id, caller);
         let ty = state.graph.node(id).expect("just added").ty.clone();
         if let Some(profiler) = state.profiler.as_mut() {
             profiler(&TraceEvent { node: id, op: name, path: &path, ty: &ty });
@@ -109,6 +110,7 @@ impl Tensor {
         let constant = Op::Constant { value: Literal::Splat(F64(value)) };
         let caller = std::panic::Location::caller();
         let id = state.graph.declare(constant, ty, &path).map_err(|e| Error::at(caller, e.into()))?;
+        state.locate(id, caller);
         drop(state);
         Ok(Tensor::recorded(&self.state, id))
     }

@@ -28,6 +28,9 @@ pub fn to_dot(g: &Graph) -> String {
         if !n.provenance.is_empty() {
             write!(label, "\n@{}", n.provenance).expect("write to String");
         }
+        if !n.loc.is_empty() {
+            write!(label, "\n{}", crate::loc::loc_summary(&n.loc, 3)).expect("write to String");
+        }
         let style = match &n.op {
             Op::Input { .. } => "shape=ellipse, style=filled, fillcolor=\"#cfe8ff\"",
             Op::Param { .. } => "shape=ellipse, style=filled, fillcolor=\"#e6e6e6\"",

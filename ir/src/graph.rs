@@ -4,6 +4,7 @@
 
 use crate::error::{IrError, TypeError};
 use crate::infer::infer;
+use crate::loc::SourceLoc;
 use crate::op::Op;
 use crate::shape::TensorType;
 use petgraph::Direction;
@@ -32,6 +33,10 @@ pub struct Node {
     pub ty: TensorType,
     /// The module path that traced it, e.g. `encoder.layer.3.attention`; empty at top level.
     pub provenance: String,
+    /// The model source lines that created it, sorted without repeats: one for a traced
+    /// node, the union of theirs for a node that replaced others (a fused op), none where
+    /// nobody said (a hand-written `.rir`).
+    pub loc: Vec<SourceLoc>,
 }
 
 /// A named graph output.
@@ -155,7 +160,7 @@ impl Graph {
             Op::Input { name } | Op::Param { name } => Some(name.clone()),
             _ => None,
         };
-        let id = self.nodes.add_node(Node { op, ty, provenance: provenance.to_string() });
+        let id = self.nodes.add_node(Node { op, ty, provenance: provenance.to_string(), loc: Vec::new() });
         if let Some(name) = name {
             self.source_names.entry(name).or_insert(NodeId(id));
         }
@@ -163,6 +168,34 @@ impl Graph {
             self.nodes.add_edge(o.0, id, pos);
         }
         NodeId(id)
+    }
+
+    /// Record where `id` came from (kept sorted and free of repeats; a missing node is ignored).
+    pub fn set_loc(&mut self, id: NodeId, mut loc: Vec<SourceLoc>) {
+        if let Some(n) = self.nodes.node_weight_mut(id.0) {
+            loc.sort_unstable();
+            loc.dedup();
+            n.loc = loc;
+        }
+    }
+
+    /// Add the locations of `from`'s nodes to `id`'s (a node that replaces them).
+    pub fn merge_loc_from(&mut self, id: NodeId, from: impl IntoIterator<Item = NodeId>) {
+        let mut merged = self.node(id).map(|n| n.loc.clone()).unwrap_or_default();
+        for f in from {
+            if let Some(n) = self.node(f) {
+                merged.extend(n.loc.iter().cloned());
+            }
+        }
+        self.set_loc(id, merged);
+    }
+
+    /// Forget every node's source location (for output that should not change when a
+    /// model's code moves between lines, such as snapshots of its structure).
+    pub fn clear_locs(&mut self) {
+        for n in self.nodes.node_weights_mut() {
+            n.loc.clear();
+        }
     }
 
     /// Mark `node` as the output called `name` (outputs keep the order they were set in).

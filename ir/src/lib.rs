@@ -17,6 +17,7 @@ mod error;
 mod float;
 mod graph;
 mod infer;
+mod loc;
 mod model_explorer;
 mod op;
 mod parse;
@@ -35,6 +36,7 @@ pub use error::{IrError, ParseError, TypeError, VerifyError, VerifyErrors};
 pub use float::F64;
 pub use graph::{Graph, Node, NodeId, Output};
 pub use infer::{MAX_TENSOR_BYTES, infer};
+pub use loc::{SourceLoc, loc_summary};
 pub use model_explorer::to_model_explorer;
 pub use op::{
     Activation, AttrVisitor, AttrWriter, BinaryOp, Choice, ElementwiseExpr, ExprNode, GeluApprox,

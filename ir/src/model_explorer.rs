@@ -24,6 +24,9 @@ pub fn to_model_explorer(g: &Graph) -> String {
         if !n.provenance.is_empty() {
             attrs.push(kv("module", &n.provenance));
         }
+        if !n.loc.is_empty() {
+            attrs.push(kv("source", &crate::loc::loc_summary(&n.loc, usize::MAX)));
+        }
         let label = match &n.op {
             Op::Input { name } | Op::Param { name } => format!("{} {name}", n.op.name()),
             op => op.name().to_string(),

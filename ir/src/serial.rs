@@ -7,12 +7,17 @@
 
 use crate::error::IrError;
 use crate::graph::{Graph, NodeId};
+use crate::loc::SourceLoc;
 use crate::op::Op;
 use crate::shape::TensorType;
 use serde::{Deserialize, Serialize};
 
-/// The format version written into every serialized graph.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version written into every serialized graph. Version 2 added each node's
+/// `loc`; JSON of version 1 (no locations) is still read.
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest version `from_json` reads.
+const OLDEST_JSON_VERSION: u32 = 1;
 
 /// Inputs larger than this are rejected before decoding (1 GiB).
 pub const MAX_ENCODED_BYTES: usize = 1 << 30;
@@ -44,6 +49,10 @@ pub struct NodeRepr {
     pub ty: TensorType,
     /// Module path.
     pub provenance: String,
+    /// Model source locations, `file:line:col` each (absent in files written before they
+    /// were recorded).
+    #[serde(default)]
+    pub loc: Vec<SourceLoc>,
 }
 
 /// One output.
@@ -70,6 +79,7 @@ impl GraphRepr {
                     operands: g.operands(id).iter().map(|o| numbering[o]).collect(),
                     ty: n.ty.clone(),
                     provenance: n.provenance.clone(),
+                    loc: n.loc.clone(),
                 }
             })
             .collect();
@@ -83,7 +93,8 @@ impl GraphRepr {
 
     /// Build the graph (not verified). Operands must name earlier nodes.
     pub fn into_graph(self, format: &'static str) -> Result<Graph, IrError> {
-        if self.format_version != FORMAT_VERSION {
+        let oldest = if format == "json" { OLDEST_JSON_VERSION } else { FORMAT_VERSION };
+        if !(oldest..=FORMAT_VERSION).contains(&self.format_version) {
             return Err(IrError::Version { found: self.format_version, supported: FORMAT_VERSION });
         }
         let mut g = Graph::new(self.name);
@@ -97,7 +108,9 @@ impl GraphRepr {
                 })?;
                 operands.push(id);
             }
-            ids.push(g.add_unchecked(n.op, &operands, n.ty, &n.provenance));
+            let id = g.add_unchecked(n.op, &operands, n.ty, &n.provenance);
+            g.set_loc(id, n.loc);
+            ids.push(id);
         }
         for o in self.outputs {
             let id = ids.get(o.node).copied().ok_or_else(|| IrError::Decode {
@@ -139,6 +152,13 @@ pub fn from_binary(bytes: &[u8]) -> Result<Graph, IrError> {
     let body = bytes
         .strip_prefix(MAGIC.as_slice())
         .ok_or_else(|| IrError::Decode { format: "binary", message: "missing the RIR\\x01 header".into() })?;
+    // The version leads the encoding: another version's layout is refused by its number
+    // rather than misread field by field.
+    if let Ok((version, _)) = postcard::take_from_bytes::<u32>(body)
+        && version != FORMAT_VERSION
+    {
+        return Err(IrError::Version { found: version, supported: FORMAT_VERSION });
+    }
     let (repr, rest): (GraphRepr, &[u8]) =
         postcard::take_from_bytes(body).map_err(|e| IrError::Decode { format: "binary", message: e.to_string() })?;
     if !rest.is_empty() {

@@ -4,7 +4,7 @@
 //! graph "mlp" {
 //!   %0: f32[batch, 8] = input "x"
 //!   %1: f32[8, 4] = param "w"                      @layer0
-//!   %2: f32[batch, 4] = matmul %0, %1              @layer0
+//!   %2: f32[batch, 4] = matmul %0, %1              @layer0 loc("mlp.rs":9:15)
 //!   %3: f32[batch, 1] = reduce_mean %2 {axes=[1], keepdim=true}
 //!   output "y" = %3
 //! }
@@ -13,9 +13,11 @@
 //! Nodes are numbered in the graph's deterministic topological order, so the same graph
 //! always prints the same bytes and `parse` reads back an equal graph. Attributes sit in
 //! braces; a fused elementwise body is a `;`-separated list of `tN = ...` lines; provenance
-//! follows `@` (quoted when it is not a plain path). `#` starts a comment.
+//! follows `@` (quoted when it is not a plain path), then the model source lines that made
+//! the node as `loc("model.rs":9:15, ...)`. `#` starts a comment.
 
 use crate::graph::Graph;
+use crate::loc::SourceLoc;
 use crate::op::{ElementwiseExpr, ExprNode, Literal, Op};
 use std::fmt::Write;
 
@@ -43,11 +45,19 @@ pub fn print(g: &Graph) -> String {
         if !attrs.is_empty() {
             write!(line, " {{{attrs}}}").expect("write to String");
         }
-        if !node.provenance.is_empty() {
+        if !node.provenance.is_empty() || !node.loc.is_empty() {
             let pad = PROVENANCE_COLUMN.saturating_sub(line.chars().count()).max(2);
             line.push_str(&" ".repeat(pad));
+        }
+        if !node.provenance.is_empty() {
             line.push('@');
             line.push_str(&provenance(&node.provenance));
+        }
+        if !node.loc.is_empty() {
+            if !node.provenance.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&loc_text(&node.loc));
         }
         out.push_str(&line);
         out.push('\n');
@@ -58,6 +68,12 @@ pub fn print(g: &Graph) -> String {
     }
     out.push_str("}\n");
     out
+}
+
+/// `loc("model.rs":9:15, "model.rs":10:3)`, MLIR's spelling of source locations.
+fn loc_text(locs: &[SourceLoc]) -> String {
+    let items: Vec<String> = locs.iter().map(|l| format!("{}:{}:{}", quote(&l.file), l.line, l.col)).collect();
+    format!("loc({})", items.join(", "))
 }
 
 fn literal(v: &Literal) -> String {

@@ -77,8 +77,17 @@ fn binary_round_trips() {
 #[test]
 fn wrong_version_and_dangling_operands_are_errors() {
     let json = to_json(&samples::mlp().unwrap());
-    let v2 = json.replacen("\"format_version\": 1", "\"format_version\": 2", 1);
-    assert!(matches!(from_json(&v2), Err(IrError::Version { found: 2, supported: 1 })));
+    let v3 = json.replacen("\"format_version\": 2", "\"format_version\": 3", 1);
+    assert!(matches!(from_json(&v3), Err(IrError::Version { found: 3, supported: 2 })));
+    let v0 = json.replacen("\"format_version\": 2", "\"format_version\": 0", 1);
+    assert!(matches!(from_json(&v0), Err(IrError::Version { found: 0, supported: 2 })));
+    // Version 1 had no locations: it still reads, to the same graph.
+    let v1 = json.replacen("\"format_version\": 2", "\"format_version\": 1", 1);
+    assert_eq!(from_json(&v1).expect("version 1 reads"), samples::mlp().unwrap());
+    let mut bytes = to_binary(&samples::mlp().unwrap());
+    assert_eq!(bytes[4], 2, "the version is the first byte after the magic");
+    bytes[4] = 1;
+    assert!(matches!(from_binary(&bytes), Err(IrError::Version { found: 1, supported: 2 })));
     let mut value: serde_json::Value = serde_json::from_str(&json).unwrap();
     value["nodes"][3]["operands"][0] = 99.into();
     let err = from_json(&value.to_string()).expect_err("operand 99 does not exist");

@@ -1,7 +1,7 @@
 //! The Program and its construction from a graph.
 
 use crate::plan::MemoryPlan;
-use rustral_ir::{Graph, Op, TensorType, VerifyErrors, verify};
+use rustral_ir::{Graph, Op, SourceLoc, TensorType, VerifyErrors, verify};
 use serde::Serialize;
 use std::collections::HashMap;
 use thiserror::Error;
@@ -45,6 +45,10 @@ pub struct Kernel {
     pub output: usize,
     /// Module path of the node.
     pub provenance: String,
+    /// The model source locations it computes (`file:line:col`; a fused kernel's are the
+    /// union of the nodes it replaced).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loc: Vec<SourceLoc>,
 }
 
 /// A lowered graph.
@@ -95,6 +99,7 @@ pub fn lower(g: &Graph) -> Result<Program, LowerError> {
                 inputs,
                 output: b,
                 provenance: node.provenance.clone(),
+                loc: node.loc.clone(),
             });
         }
     }

@@ -50,11 +50,40 @@ macro_rules! snapshot {
     };
 }
 
+/// The text form without source locations: the snapshots hold a model's structure, so moving
+/// its code between lines leaves them alone (`locations_name_the_models_own_lines` checks the
+/// locations).
+fn structure(g: &rustral_ir::Graph) -> String {
+    let mut g = g.clone();
+    g.clear_locs();
+    print(&g)
+}
+
 #[test]
 fn one_layer_models_trace_as_snapshotted() {
-    snapshot!("bert_1layer", print(&bert(Mode::Inference, 0).graph));
-    snapshot!("gpt2_1layer", print(&gpt2(Mode::Inference, 0).graph));
-    snapshot!("llama_1layer", print(&llama().graph));
+    snapshot!("bert_1layer", structure(&bert(Mode::Inference, 0).graph));
+    snapshot!("gpt2_1layer", structure(&gpt2(Mode::Inference, 0).graph));
+    snapshot!("llama_1layer", structure(&llama().graph));
+}
+
+/// Every traced node records the line of the models' code that made it: a file of this crate
+/// (the layers are `#[track_caller]`, so a layer's nodes name the model line that called it).
+#[test]
+fn locations_name_the_models_own_lines() {
+    for (name, g) in [("bert", bert(Mode::Inference, 0).graph), ("gpt2", gpt2(Mode::Inference, 0).graph)] {
+        for id in g.node_ids() {
+            let n = g.node(id).unwrap();
+            assert_eq!(n.loc.len(), 1, "{name}: node {} ({}) has locations {:?}", id.index(), n.op.name(), n.loc);
+            let file = &n.loc[0].file;
+            // Never a line of the frontend's layers: those name the model line that called them.
+            assert!(
+                file.starts_with("models/src/") || file.starts_with("models/tests/"),
+                "{name}: {} ({}) located in {file}",
+                n.op.name(),
+                n.provenance
+            );
+        }
+    }
 }
 
 /// Every node but the inputs names the module that traced it, and every layer appears.

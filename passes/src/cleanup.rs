@@ -54,6 +54,7 @@ impl Pass for Cse {
             match seen.get(&key) {
                 Some(&first) => {
                     g.replace_all_uses(id, first);
+                    g.merge_loc_from(first, [id]);
                     merged += 1;
                 }
                 None => {
@@ -94,6 +95,7 @@ impl Pass for FoldConstants {
                 let v = node.ty.dtype.round(v);
                 let c = g.declare(Op::Constant { value: Literal::Splat(F64(v)) }, node.ty.clone(), &node.provenance);
                 if let Ok(c) = c {
+                    g.merge_loc_from(c, [id]);
                     g.replace_all_uses(id, c);
                     folded += 1;
                 }
@@ -171,18 +173,22 @@ impl Pass for CanonicalizeLayout {
                     let new = if composed.iter().enumerate().all(|(i, &p)| i == p) {
                         Ok(x)
                     } else {
-                        g.add(Op::Permute { perm: composed }, &[x], &node.provenance)
+                        g.add(Op::Permute { perm: composed }, &[x], &node.provenance).inspect(|&n| {
+                            g.merge_loc_from(n, [id, ops[0]]);
+                        })
                     };
                     new.ok().map(|n| ("permute-permute", n))
                 }
                 (Op::Reshape { shape }, Some(Op::Reshape { .. })) => {
                     let x = g.operands(ops[0])[0];
                     g.add(Op::Reshape { shape: shape.clone() }, &[x], &node.provenance)
+                        .inspect(|&n| g.merge_loc_from(n, [id, ops[0]]))
                         .ok()
                         .map(|n| ("reshape-reshape", n))
                 }
                 (Op::BroadcastTo { .. }, Some(Op::Constant { value: Literal::Splat(v) })) => g
                     .declare(Op::Constant { value: Literal::Splat(v) }, node.ty.clone(), &node.provenance)
+                    .inspect(|&n| g.merge_loc_from(n, [id, ops[0]]))
                     .ok()
                     .map(|n| ("broadcast-splat", n)),
                 _ => None,

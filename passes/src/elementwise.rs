@@ -118,6 +118,16 @@ impl Pass for FuseElementwise {
         }
         for (root, members) in &groups {
             if let Some(new) = fuse_group(g, *root, members) {
+                if stats.record_contracts {
+                    let args = g.operands(new);
+                    let inside: HashSet<NodeId> = members.iter().copied().collect();
+                    let arg = |n: NodeId| args.iter().position(|&a| a == n);
+                    if let Some(replaced) = crate::contract::cut(g, *root, &arg, &|n| inside.contains(&n)) {
+                        let contract =
+                            crate::contract::Contract::new(PASS_NAME, &["group".into()], "fused_elementwise", replaced);
+                        stats.contracts.push((new, contract));
+                    }
+                }
                 g.replace_all_uses(*root, new);
                 bump(stats, "group", 1);
                 bump(stats, "ops-fused", members.len());
@@ -176,5 +186,6 @@ fn fuse_group(g: &mut Graph, root: NodeId, members: &[NodeId]) -> Option<NodeId>
         g.remove(fused);
         return None;
     }
+    g.merge_loc_from(fused, members.iter().copied());
     Some(fused)
 }

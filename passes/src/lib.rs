@@ -5,6 +5,7 @@
 #![deny(missing_docs)]
 
 mod cleanup;
+pub mod contract;
 mod elementwise;
 pub mod fuse;
 mod fusion_report;
@@ -14,6 +15,7 @@ mod pipeline;
 mod stats;
 
 pub use cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
+pub use contract::{Contract, RuleRef};
 pub use elementwise::{FuseElementwise, MAX_GROUP_OPS, MAX_OPERANDS};
 pub use fusion_report::explain_fusion;
 pub use manager::{Compiled, OptLevel, Pass, PassError, PassManager};

@@ -2,8 +2,10 @@
 //! (what ablations do), the verifier after every pass in tests and debug builds, statistics
 //! per pass, and the IR text after every pass on request.
 
+use crate::contract::Contract;
 use crate::stats::{CompileStats, PassStats};
-use rustral_ir::{Graph, VerifyErrors, print, verify};
+use rustral_ir::{Graph, NodeId, VerifyErrors, print, verify};
+use std::collections::BTreeMap;
 use std::time::Instant;
 use thiserror::Error;
 
@@ -56,6 +58,7 @@ pub struct PassManager {
     disabled: Vec<&'static str>,
     verify_each: bool,
     dump: bool,
+    contracts: bool,
 }
 
 /// The result of a compile: the statistics and, if asked for, the IR after every pass.
@@ -65,6 +68,9 @@ pub struct Compiled {
     pub stats: CompileStats,
     /// `(pass name, IR text)` after each pass that ran, when dumping was on.
     pub dumps: Vec<(&'static str, String)>,
+    /// Each fused node of the final graph with what it replaced, when recording was on
+    /// ([`PassManager::record_contracts`]).
+    pub contracts: BTreeMap<NodeId, Contract>,
 }
 
 impl PassManager {
@@ -75,12 +81,12 @@ impl PassManager {
             OptLevel::O1 => crate::pipeline::cleanup(),
             OptLevel::O2 => crate::pipeline::full(),
         };
-        PassManager { passes, disabled: vec![], verify_each: cfg!(debug_assertions), dump: false }
+        PassManager { passes, disabled: vec![], verify_each: cfg!(debug_assertions), dump: false, contracts: false }
     }
 
     /// A custom pipeline (tools and tests build their own).
     pub fn with_passes(passes: Vec<Box<dyn Pass>>) -> PassManager {
-        PassManager { passes, disabled: vec![], verify_each: cfg!(debug_assertions), dump: false }
+        PassManager { passes, disabled: vec![], verify_each: cfg!(debug_assertions), dump: false, contracts: false }
     }
 
     /// Names of every pass any level runs, for error messages and ablation tools.
@@ -115,6 +121,14 @@ impl PassManager {
         self
     }
 
+    /// Record what every fused node replaced (`Compiled::contracts`), for checking fused
+    /// kernels against the primitives they stand for (off by default: it copies every fused
+    /// region).
+    pub fn record_contracts(mut self, on: bool) -> PassManager {
+        self.contracts = on;
+        self
+    }
+
     /// The names of the passes that will run, in order.
     pub fn pipeline(&self) -> Vec<&'static str> {
         self.passes.iter().map(|p| p.name()).filter(|n| !self.disabled.contains(n)).collect()
@@ -125,8 +139,14 @@ impl PassManager {
         verify(g).map_err(PassError::InvalidInput)?;
         let mut stats = CompileStats::default();
         let mut dumps = Vec::new();
+        let mut contracts: BTreeMap<NodeId, Contract> = BTreeMap::new();
         for pass in self.passes.iter().filter(|p| !self.disabled.contains(&p.name())) {
-            let mut ps = PassStats { pass: pass.name().to_string(), nodes_before: g.len(), ..PassStats::default() };
+            let mut ps = PassStats {
+                pass: pass.name().to_string(),
+                nodes_before: g.len(),
+                record_contracts: self.contracts,
+                ..PassStats::default()
+            };
             let start = Instant::now();
             pass.run(g, &mut ps);
             ps.wall_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -137,11 +157,18 @@ impl PassManager {
             if self.dump {
                 dumps.push((pass.name(), print(g)));
             }
+            for (id, c) in std::mem::take(&mut ps.contracts) {
+                let c = c.inline(&contracts);
+                contracts.insert(id, c);
+            }
+            // A removed node's contract goes; so does one whose index a later node reuses
+            // (every fused node records its own, so a reuse by another fused node overwrote it).
+            contracts.retain(|&id, c| g.node(id).is_some_and(|n| n.op.name() == c.op));
             stats.passes.push(ps);
         }
         stats.pipeline = self.pipeline().iter().map(|s| s.to_string()).collect();
         stats.fused = crate::stats::count_fused(g);
         stats.nodes = g.len();
-        Ok(Compiled { stats, dumps })
+        Ok(Compiled { stats, dumps, contracts })
     }
 }

@@ -1,7 +1,8 @@
 //! Compile statistics, serialised as `schemas/compile-stats.schema.json` describes. Maps are
 //! `BTreeMap`s so the JSON is deterministic (timings aside).
 
-use rustral_ir::{Activation, Graph, Op};
+use crate::contract::Contract;
+use rustral_ir::{Activation, Graph, NodeId, Op};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -35,6 +36,13 @@ pub struct PassStats {
     /// Equality saturation, for the egg pass.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egg: Option<EggStats>,
+    /// Set by the manager when contracts are wanted: fusion passes then record one per fused
+    /// node they build, in `contracts`.
+    #[serde(skip)]
+    pub record_contracts: bool,
+    /// The fused nodes this pass built, each with what it replaced (when asked for).
+    #[serde(skip)]
+    pub contracts: Vec<(NodeId, Contract)>,
 }
 
 /// What equality saturation did, summed over the regions it ran on.

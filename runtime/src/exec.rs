@@ -47,6 +47,8 @@ pub struct KernelTime {
     pub op: String,
     /// Module path of the (possibly fused) node.
     pub provenance: String,
+    /// The model source locations the kernel computes (empty when unknown).
+    pub loc: Vec<rustral_ir::SourceLoc>,
     /// Wall time.
     pub time: Duration,
     /// True when the kernel ran the reference fallback.
@@ -330,6 +332,7 @@ impl<B: Backend> Executor<B> {
                     t.push(KernelTime {
                         op: kernel.name.clone(),
                         provenance: kernel.provenance.clone(),
+                        loc: kernel.loc.clone(),
                         time: start.elapsed(),
                         fallback,
                     });

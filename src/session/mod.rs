@@ -46,6 +46,9 @@ pub struct CompileOptions {
     pub elementwise: Elementwise,
     /// Keep the IR text after every pass (see `Session::dumps`).
     pub dump_each: bool,
+    /// Record what every fused node replaced (see `Session::contracts` and
+    /// [`crate::check_kernels`]).
+    pub contracts: bool,
     /// The WebGPU limits the WGSL target compiles for (WebGPU's defaults unless set: a
     /// program that fits them runs on every WebGPU host).
     #[cfg(feature = "wgsl")]
@@ -61,6 +64,7 @@ impl Default for CompileOptions {
             threads,
             elementwise: Elementwise::Jit,
             dump_each: false,
+            contracts: false,
             #[cfg(feature = "wgsl")]
             webgpu_limits: rustral_lowering::wgsl::Profile::default(),
         }
@@ -74,6 +78,7 @@ pub struct Session {
     runner: Box<dyn Runner>,
     params: HashMap<String, HostTensor>,
     dumps: Vec<(&'static str, String)>,
+    contracts: std::collections::BTreeMap<rustral_ir::NodeId, rustral_passes::Contract>,
     /// `(output, input)` pairs a stateful run carries: `present.X` back into `past.X`.
     carry: Vec<(String, String)>,
     target: Target,
@@ -107,7 +112,7 @@ impl Session {
             pm = pm.disable(name)?;
         }
         let mut g = graph.clone();
-        let compiled = pm.dump_each(options.dump_each).run(&mut g)?;
+        let compiled = pm.dump_each(options.dump_each).record_contracts(options.contracts).run(&mut g)?;
         let runner: Box<dyn Runner> = match target.clone() {
             Target::Cpu => {
                 let mut program = CpuProgram::new(lower(&g)?, options.threads)?;
@@ -144,6 +149,7 @@ impl Session {
             runner,
             params: HashMap::new(),
             dumps: compiled.dumps,
+            contracts: compiled.contracts,
             carry,
             target,
         })
@@ -171,6 +177,12 @@ impl Session {
     /// outputs named in `read` come back to the host. A decode step reads back its logits alone.
     pub fn run_state(&self, inputs: &[(&str, HostTensor)], state: &mut State, read: &[&str]) -> Result<Outputs> {
         self.runner.run_state(&named(inputs), state, &self.carry, read)
+    }
+
+    /// Each fused node of the compiled graph with the primitives it replaced, when compiled
+    /// with `contracts`.
+    pub fn contracts(&self) -> &std::collections::BTreeMap<rustral_ir::NodeId, rustral_passes::Contract> {
+        &self.contracts
     }
 
     /// `(pass, IR text)` after each pass that ran, when compiled with `dump_each`.

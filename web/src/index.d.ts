@@ -36,6 +36,8 @@ export interface KernelDesc {
   name: string;
   op: string;
   provenance: string;
+  /** The model source locations it computes, `file:line:col` each (absent when unknown). */
+  loc?: string[];
   phase: 'init' | 'run';
   entry: string;
   workgroup_size: [number, number, number];

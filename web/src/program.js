@@ -105,7 +105,9 @@ function evalCount(count, dims, place) {
 }
 
 function kernelPlace(k) {
-  return `kernel ${k.name} (${k.op} at ${JSON.stringify(k.provenance)})`;
+  // The model line it computes, when the program records one (`loc`, file:line:col).
+  const loc = k.loc && k.loc.length ? `, ${k.loc[0]}${k.loc.length > 1 ? ` (+${k.loc.length - 1} more)` : ''}` : '';
+  return `kernel ${k.name} (${k.op} at ${JSON.stringify(k.provenance)}${loc})`;
 }
 
 function bufferPlace(program, b) {

@@ -91,7 +91,7 @@ pub(super) fn lex(src: &str) -> Result<Vec<Spanned>, ParseError> {
                 }
                 Tok::Prov(path)
             }
-        } else if ":=,[]{};".contains(c) {
+        } else if ":=,[]{};()".contains(c) {
             i += 1;
             col += 1;
             Tok::Punct(c)

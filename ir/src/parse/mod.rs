@@ -10,6 +10,7 @@ use crate::dtype::DType;
 use crate::error::ParseError;
 use crate::float::F64;
 use crate::graph::{Graph, NodeId};
+use crate::loc::SourceLoc;
 use crate::op::{BinaryOp, ElementwiseExpr, ExprNode, Literal, Op, UnaryOp};
 use crate::shape::{Dim, Shape, TensorType};
 use attrs::{AttrItem, Attrs, Value, build_op};
@@ -119,6 +120,17 @@ impl Parser {
             },
             _ => self.fail(what),
         }
+    }
+
+    fn u32(&mut self, what: &str) -> PResult<u32> {
+        let (line, col) = self.here();
+        let n = self.usize(what)?;
+        u32::try_from(n).map_err(|_| ParseError {
+            line,
+            col,
+            expected: format!("{what} below 2^32"),
+            found: n.to_string(),
+        })
     }
 
     fn float(&mut self) -> PResult<F64> {
@@ -270,9 +282,31 @@ impl Parser {
             }
             _ => String::new(),
         };
+        let loc = if *self.peek() == Tok::Ident("loc".into()) { self.locs()? } else { Vec::new() };
         let id = g.add_unchecked(op, &operands, TensorType { dtype, shape }, &provenance);
+        g.set_loc(id, loc);
         self.nodes.push(id);
         Ok(())
+    }
+
+    /// `loc("file":line:col, ...)`, the `loc` keyword not yet read.
+    fn locs(&mut self) -> PResult<Vec<SourceLoc>> {
+        self.next();
+        self.punct('(')?;
+        let mut out = Vec::new();
+        loop {
+            let file = self.string("a source file as a string")?;
+            self.punct(':')?;
+            let line = self.u32("a line number")?;
+            self.punct(':')?;
+            let col = self.u32("a column number")?;
+            out.push(SourceLoc::new(file, line, col));
+            if !self.eat_punct(',') {
+                break;
+            }
+        }
+        self.punct(')')?;
+        Ok(out)
     }
 
     fn operands(&mut self) -> PResult<Vec<NodeId>> {

@@ -97,6 +97,8 @@ pub(crate) struct Head<'a> {
     pub graph: &'a str,
     pub op: &'a Op,
     pub provenance: &'a str,
+    /// The model source locations the kernel computes.
+    pub loc: &'a [rustral_ir::SourceLoc],
 }
 
 /// One shader under construction.
@@ -127,8 +129,11 @@ impl Shader {
         let mut header = vec![
             format!("// Rustral kernel {} of graph {:?}: {}", head.index, head.graph, op_text(head.op)),
             format!("// node: {:?}", head.provenance),
-            format!("// out: {}", shape(out)),
         ];
+        if !head.loc.is_empty() {
+            header.push(format!("// source: {}", rustral_ir::loc_summary(head.loc, usize::MAX)));
+        }
+        header.push(format!("// out: {}", shape(out)));
         for (n, o) in inputs {
             header.push(format!("// {n}: {}", shape(o)));
         }

@@ -217,6 +217,10 @@ pub struct WgslKernel {
     pub op: String,
     /// Module path of the (fused) node.
     pub provenance: String,
+    /// The model source locations it computes, `file:line:col` each (a fused kernel's are
+    /// those of every op it replaced); absent when unknown.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loc: Vec<String>,
     /// When it runs.
     pub phase: Phase,
     /// Entry point.

@@ -196,6 +196,7 @@ fn lower_unchecked(p: &Program, name: &str, limits: &Limits) -> Result<WgslProgr
                     inputs: vec![],
                     output: b,
                     provenance: buf.provenance.clone(),
+                    loc: Vec::new(),
                 }),
             }
         }
@@ -286,7 +287,7 @@ fn lower_unchecked(p: &Program, name: &str, limits: &Limits) -> Result<WgslProgr
         let kname = format!("k{i:03}_{}", k.name);
         let operands: Vec<Operand> = k.inputs.iter().map(|&b| Operand::of(&p.buffers[b], limits)).collect();
         let result = Operand::of(&p.buffers[k.output], limits);
-        let head = emit::Head { index: i, graph: name, op: &k.op, provenance: &k.provenance };
+        let head = emit::Head { index: i, graph: name, op: &k.op, provenance: &k.provenance, loc: &k.loc };
         let unsupported = |message: String| WgslError::Unsupported {
             kernel: kname.clone(),
             op: k.name.clone(),
@@ -360,6 +361,7 @@ fn lower_unchecked(p: &Program, name: &str, limits: &Limits) -> Result<WgslProgr
             name: kname,
             op: k.name.clone(),
             provenance: k.provenance.clone(),
+            loc: k.loc.iter().map(ToString::to_string).collect(),
             phase: if i < n_init { Phase::Init } else { Phase::Run },
             entry: "main".into(),
             workgroup_size: [g.workgroup_size, 1, 1],

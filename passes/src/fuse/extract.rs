@@ -8,7 +8,7 @@
 use super::analysis::{TensorGraph, node_type};
 use super::lang::{decode, decode_with};
 use egg::{CostFunction, Extractor, Id, Language, SymbolLang};
-use rustral_ir::{Dim, Graph, NodeId, Op, OpClass, TensorType};
+use rustral_ir::{Dim, Graph, NodeId, Op, OpClass, SourceLoc, TensorType};
 use std::collections::{HashMap, HashSet};
 
 /// Memory-traffic cost, with a premium on primitives the model did not write.
@@ -67,24 +67,99 @@ impl CostFunction<SymbolLang> for TrafficCost<'_> {
     }
 }
 
+/// A region's original nodes by e-class, so that a rebuilt node can name the model lines of
+/// the nodes it replaces.
+#[derive(Default)]
+pub struct Origins {
+    /// Each original node's class, canonical after saturation.
+    class_of: HashMap<NodeId, Id>,
+    /// The original nodes of each canonical class.
+    by_class: HashMap<Id, Vec<NodeId>>,
+    /// The class of each value the region reads (its leaves), canonical.
+    leaf_class: HashMap<NodeId, Id>,
+    /// Whether rebuilt fused nodes record what they replace.
+    record: bool,
+}
+
+impl Origins {
+    /// From the classes the region's nodes and leaves were added as, made canonical in
+    /// `egraph`; `record` asks for contracts.
+    pub fn new(
+        egraph: &TensorGraph,
+        added: &HashMap<NodeId, Id>,
+        leaves: &HashMap<NodeId, Id>,
+        record: bool,
+    ) -> Origins {
+        let mut origins = Origins { record, ..Origins::default() };
+        origins.leaf_class = leaves.iter().map(|(&n, &c)| (n, egraph.find(c))).collect();
+        let mut nodes: Vec<(&NodeId, &Id)> = added.iter().collect();
+        nodes.sort();
+        for (&n, &c) in nodes {
+            let c = egraph.find(c);
+            origins.class_of.insert(n, c);
+            origins.by_class.entry(c).or_default().push(n);
+        }
+        origins
+    }
+
+    /// What a fused node computing `class` from the classes `args` (its operands, in order)
+    /// replaced, cut out of the region as it was.
+    fn replaced(&self, g: &Graph, class: Id, args: &[Id]) -> Option<crate::contract::Cut> {
+        let root = *self.by_class.get(&class)?.iter().min()?;
+        let arg = |n: NodeId| {
+            let c = self.class_of.get(&n).or_else(|| self.leaf_class.get(&n))?;
+            args.iter().position(|a| a == c)
+        };
+        crate::contract::cut(g, root, &arg, &|n| self.class_of.contains_key(&n))
+    }
+
+    /// The locations of the original nodes a node computing `class` from the classes
+    /// `operands` replaces: those of the class, and below them every original node down to
+    /// the operands' classes (a fused LayerNorm covers its mean, sub, square, rsqrt, ...).
+    fn covered(&self, g: &Graph, class: Id, operands: &HashSet<Id>) -> Vec<SourceLoc> {
+        let mut locs = Vec::new();
+        let mut seen = HashSet::new();
+        let mut stack: Vec<NodeId> = self.by_class.get(&class).cloned().unwrap_or_default();
+        while let Some(n) = stack.pop() {
+            if !seen.insert(n) {
+                continue;
+            }
+            if let Some(node) = g.node(n) {
+                locs.extend(node.loc.iter().cloned());
+            }
+            for o in g.operands(n) {
+                if self.class_of.get(&o).is_some_and(|c| !operands.contains(c)) {
+                    stack.push(o);
+                }
+            }
+        }
+        locs
+    }
+}
+
 /// Rebuilds graph nodes from the cheapest e-nodes, sharing common classes.
 pub struct Rebuild<'a> {
     egraph: &'a TensorGraph,
     extractor: Extractor<'a, TrafficCost<'a>, SymbolLang, super::analysis::TensorAnalysis>,
     built: HashMap<Id, NodeId>,
     provenance: &'a HashMap<Id, String>,
+    origins: &'a Origins,
+    /// Each fused node built, with what it replaced (when the origins record).
+    pub replaced: Vec<(NodeId, crate::contract::Cut)>,
 }
 
 impl<'a> Rebuild<'a> {
     /// Prepare extraction over `egraph`; `provenance` names each original class's module,
-    /// `written` holds the e-nodes the model wrote (canonical ids).
+    /// `written` holds the e-nodes the model wrote (canonical ids), `origins` the region's
+    /// original nodes (whose source locations each rebuilt node collects).
     pub fn new(
         egraph: &'a TensorGraph,
         provenance: &'a HashMap<Id, String>,
         written: &'a HashSet<SymbolLang>,
+        origins: &'a Origins,
     ) -> Rebuild<'a> {
         let extractor = Extractor::new(egraph, TrafficCost { egraph, written });
-        Rebuild { egraph, extractor, built: HashMap::new(), provenance }
+        Rebuild { egraph, extractor, built: HashMap::new(), provenance, origins, replaced: Vec::new() }
     }
 
     /// The classes built so far: the program the region is rebuilt as.
@@ -120,7 +195,17 @@ impl<'a> Rebuild<'a> {
             for &c in &enode.children[..operands] {
                 args.push(self.build_within(g, c, &prov)?);
             }
-            g.add(op, &args, &prov).map_err(|e| e.to_string())?
+            let fused = op.is_fused();
+            let new = g.add(op, &args, &prov).map_err(|e| e.to_string())?;
+            let children: HashSet<Id> = enode.children.iter().map(|&c| self.egraph.find(c)).collect();
+            g.set_loc(new, self.origins.covered(g, id, &children));
+            if fused && self.origins.record {
+                let operands: Vec<Id> = enode.children[..operands].iter().map(|&c| self.egraph.find(c)).collect();
+                if let Some(p) = self.origins.replaced(g, id, &operands) {
+                    self.replaced.push((new, p));
+                }
+            }
+            new
         };
         self.built.insert(id, node);
         Ok(node)

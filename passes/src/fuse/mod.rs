@@ -16,6 +16,7 @@ mod lang;
 pub mod rules;
 
 use crate::cleanup::bump;
+use crate::contract::Contract;
 use crate::manager::Pass;
 use crate::stats::{EggStats, PassStats, RegionReport};
 use analysis::{TensorAnalysis, TensorGraph};
@@ -160,10 +161,19 @@ impl Pass for Fuse {
         let algebra: HashSet<String> = rules::algebra::rules().iter().map(|r| r.name().to_string()).collect();
         let family: BTreeSet<String> =
             rules.iter().map(|r| r.name().to_string()).filter(|n| !algebra.contains(n)).collect();
-        let run = Saturation { rules: &rules, algebra: &algebra, family: &family, fuses: self.family.info().fuses };
+        let run = Saturation {
+            rules: &rules,
+            algebra: &algebra,
+            family: &family,
+            fuses: self.family.info().fuses,
+            pass: self.name(),
+        };
         let mut egg_stats = EggStats::default();
+        let record = stats.record_contracts;
+        let mut contracts = Vec::new();
         let mut fuse = |g: &mut Graph, label: String, window: &[NodeId], egg_stats: &mut EggStats| {
-            for (rule, n) in fuse_region(g, &label, window, &run, self.limits, egg_stats) {
+            let wanted = if record { Some(&mut contracts) } else { None };
+            for (rule, n) in fuse_region(g, &label, window, &run, self.limits, egg_stats, wanted) {
                 bump(stats, &rule, n);
             }
         };
@@ -200,6 +210,7 @@ impl Pass for Fuse {
             }
         }
         stats.egg = Some(egg_stats);
+        stats.contracts = contracts;
     }
 }
 
@@ -213,6 +224,8 @@ pub(crate) struct Saturation<'a> {
     pub(crate) family: &'a BTreeSet<String>,
     /// The op kinds the family builds.
     pub(crate) fuses: &'a [&'a str],
+    /// The pass's name.
+    pub(crate) pass: &'static str,
 }
 
 /// The region key of a module path: up to and including its first numeric component
@@ -262,11 +275,13 @@ fn fuse_region(
     run: &Saturation<'_>,
     limits: Limits,
     stats: &mut EggStats,
+    contracts: Option<&mut Vec<(NodeId, Contract)>>,
 ) -> BTreeMap<String, usize> {
     let start = Instant::now();
     let members: HashSet<NodeId> = region.iter().copied().collect();
     let mut egraph = TensorGraph::new(TensorAnalysis { table: Table::default() });
     let mut class_of: HashMap<NodeId, Id> = HashMap::new();
+    let mut leaf_class: HashMap<NodeId, Id> = HashMap::new();
     let mut provenance: Vec<(Id, String)> = Vec::new();
     let mut written: Vec<SymbolLang> = Vec::new();
     for &id in region {
@@ -279,7 +294,9 @@ fn fuse_region(
                 Some(&c) if members.contains(o) => c,
                 _ => {
                     let sym = egraph.analysis.table.leaf(g, *o);
-                    egraph.add(SymbolLang::leaf(sym))
+                    let c = egraph.add(SymbolLang::leaf(sym));
+                    leaf_class.insert(*o, c);
+                    c
                 }
             };
             children.push(child);
@@ -347,7 +364,8 @@ fn fuse_region(
         // among programs of equal cost, so a region is rebuilt as written wherever no rule
         // saved traffic.
         let written: HashSet<SymbolLang> = written.into_iter().map(|n| n.map_children(|c| egraph.find(c))).collect();
-        let mut rebuild = extract::Rebuild::new(&egraph, &prov_of, &written);
+        let origins = extract::Origins::new(&egraph, &class_of, &leaf_class, contracts.is_some());
+        let mut rebuild = extract::Rebuild::new(&egraph, &prov_of, &written, &origins);
         for &root in &roots {
             match rebuild.build(g, egraph.find(class_of[&root])) {
                 Ok(new) => replacements.push((root, new)),
@@ -362,6 +380,13 @@ fn fuse_region(
         }
         if !fired.is_empty() {
             live = Some(rebuild.classes().collect());
+            if let Some(contracts) = contracts {
+                let rules: Vec<String> = fired.keys().cloned().collect();
+                for (node, replaced) in std::mem::take(&mut rebuild.replaced) {
+                    let op = g.node(node).map(|n| n.op.name().to_string()).unwrap_or_default();
+                    contracts.push((node, Contract::new(run.pass, &rules, &op, replaced)));
+                }
+            }
         }
     }
     report.rebuilt = !fired.is_empty();

@@ -58,15 +58,23 @@ impl<'g> Builder<'g> {
 
     pub fn op(&mut self, op: Op, xs: &[NodeId]) -> R<NodeId> {
         let id = self.g.add(op, xs, &self.prov)?;
-        self.created.push(id);
+        self.adopt(id);
         Ok(id)
     }
 
     /// A source node (constant, iota) of type `ty`.
     pub fn declare(&mut self, op: Op, ty: TensorType) -> R<NodeId> {
         let id = self.g.declare(op, ty, &self.prov)?;
-        self.created.push(id);
+        self.adopt(id);
         Ok(id)
+    }
+
+    /// Note a node this builder made; it takes the forward node's source lines (the backward
+    /// of `model.rs:9` is located at `model.rs:9`).
+    fn adopt(&mut self, id: NodeId) {
+        let loc = self.g.node(self.node).map(|n| n.loc.clone()).unwrap_or_default();
+        self.g.set_loc(id, loc);
+        self.created.push(id);
     }
 
     pub fn un(&mut self, u: UnaryOp, x: NodeId) -> R<NodeId> {

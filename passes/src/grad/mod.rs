@@ -204,6 +204,7 @@ pub fn promote_f64(g: &Graph) -> Result<Graph, IrError> {
         } else {
             out.add(op, &operands, &node.provenance)?
         };
+        out.set_loc(new, node.loc.clone());
         map.insert(id, new);
     }
     for o in g.outputs() {

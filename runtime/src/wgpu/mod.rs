@@ -271,6 +271,7 @@ impl WgpuProgram {
             times.push(KernelTime {
                 op: kernel.op.clone(),
                 provenance: kernel.provenance.clone(),
+                loc: kernel.loc.iter().filter_map(|l| rustral_ir::SourceLoc::parse(l)).collect(),
                 time: start.elapsed(),
                 fallback: false,
             });

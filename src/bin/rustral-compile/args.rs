@@ -17,9 +17,12 @@ Examples:
       what one pass buys: timings land in stats.json under `run`
   rustral-compile examples/ir/gelu_mlp.rir --explain-fusion
       which rules fired in each region, what they cost, and which spellings nearly fused
+  rustral-compile examples/models/gpt2_block.rs --check-kernels --profile
+      each fused kernel against the primitives it replaced, and where the time goes, by model line
 
 Exit status: 0 success, 1 a user error (bad file, bad option, a model that does not trace),
-2 an internal error (a bug: please report it), 3 --check found errors beyond tolerance.";
+2 an internal error (a bug: please report it), 3 --check or --check-kernels found errors beyond
+tolerance.";
 
 /// Compile a model: a Rust model file, text IR (.rir), JSON IR (.json) or a built-in model in;
 /// IR, pictures, statistics, a program and a checked run out.
@@ -123,6 +126,20 @@ pub struct Args {
     /// differences in f64; exit status 3 beyond tolerance.
     #[arg(long)]
     pub check: bool,
+
+    /// Check every fused kernel against the primitives it replaced (implies --run): the
+    /// target runs each kernel on the run's real values and the reference interpreter
+    /// evaluates the replaced primitives in f64 on the same operands; prints the worst error
+    /// per kernel (with its module and model lines) and per rule, and names the rules of any
+    /// kernel beyond --tolerance (exit status 3).
+    #[arg(long)]
+    pub check_kernels: bool,
+
+    /// Time every kernel of one run (after the timed runs; the median of --repeat profiled
+    /// runs) and print them slowest first with their module and the model lines they compute;
+    /// stats.json holds them under `run.profile`.
+    #[arg(long)]
+    pub profile: bool,
 
     /// Differentiate the model's first output (a scalar loss) with respect to every parameter
     /// and compile the combined graph: outputs are the model's, then grad.<parameter>.

@@ -144,6 +144,12 @@ pub fn stats(out: &Out, session: &Session, args: &Args, run: Option<&RunStats>) 
             "times_ms": r.times_ms,
             "check": r.errors.iter().map(|(name, abs, rel)| json!({"output": name, "max_abs": abs, "max_rel": rel})).collect::<Vec<Value>>(),
         });
+        if let Some(p) = &r.profile {
+            value["run"]["profile"] = p.clone();
+        }
+        if let Some(c) = &r.kernel_checks {
+            value["run"]["kernel_checks"] = c.clone();
+        }
     }
     out.put(Emit::Stats.file_name(), &pretty(&value))
 }

@@ -4,6 +4,7 @@
 mod args;
 mod emit;
 mod fail;
+mod inspect;
 mod load;
 mod memory;
 mod model_file;
@@ -78,6 +79,7 @@ fn compile(args: &Args) -> Result<(), Fail> {
     };
     let mut options = CompileOptions { level, disabled: args.disable.clone(), ..CompileOptions::default() };
     options.dump_each = args.print_after_all;
+    options.contracts = args.check_kernels;
     if let Some(t) = args.threads {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let most = MAX_THREADS_PER_CORE * cores;
@@ -159,9 +161,10 @@ fn compile(args: &Args) -> Result<(), Fail> {
     }
 
     let mut run_stats = None;
-    if args.run || args.check || args.save_outputs.is_some() {
+    if args.run || args.check || args.check_kernels || args.profile || args.save_outputs.is_some() {
         let memory = (budget.as_ref(), param_bytes.unwrap_or(u64::MAX));
-        run_stats = Some(execute(args, traced, &loaded.traced.graph, &session, &store, to_stdout, memory)?);
+        let compiled = (&session, &options);
+        run_stats = Some(execute(args, traced, &loaded.traced.graph, compiled, &store, to_stdout, memory)?);
     }
     if emits.contains(&Emit::Stats) {
         emit::stats(&out, &session, args, run_stats.as_ref())?;
@@ -181,13 +184,17 @@ pub struct RunStats {
     pub binding: std::collections::BTreeMap<String, usize>,
     pub errors: Vec<(String, f64, f64)>,
     pub check_failure: Option<String>,
+    /// `--profile`'s kernels, as stats.json holds them.
+    pub profile: Option<serde_json::Value>,
+    /// `--check-kernels`' kernels, as stats.json holds them.
+    pub kernel_checks: Option<serde_json::Value>,
 }
 
 fn execute(
     args: &Args,
     traced: &rustral::frontend::Traced,
     forward: &rustral::ir::Graph,
-    session: &Session,
+    (session, options): (&Session, &CompileOptions),
     store: &ParamStore,
     to_stdout: bool,
     (budget, param_bytes): (Option<&memory::Budget>, u64),
@@ -224,7 +231,27 @@ fn execute(
             run::save(dir, name, t)?;
         }
     }
-    let mut stats = RunStats { times_ms, binding, errors: vec![], check_failure: None };
+    let mut stats =
+        RunStats { times_ms, binding, errors: vec![], check_failure: None, profile: None, kernel_checks: None };
+    if args.profile {
+        let runs = args.repeat as usize;
+        match inspect::profile(session, &refs, runs)? {
+            Some(rows) => {
+                inspect::profile_lines(&rows, runs).into_iter().for_each(&report);
+                stats.profile = Some(inspect::profile_json(&rows));
+            }
+            None => report(format!("profile: the {} target keeps no per-kernel times", other_name(args.target))),
+        }
+    }
+    let mut kernels_failure = None;
+    if args.check_kernels {
+        let params = rustral::host_params(store)?;
+        let (checks, unchecked) = inspect::check_kernels(session, options, &params, &refs)?;
+        let (lines, failure) = inspect::check_lines(&checks, &unchecked, args.tolerance);
+        lines.into_iter().for_each(&report);
+        stats.kernel_checks = Some(inspect::checks_json(&checks));
+        kernels_failure = failure;
+    }
     if args.check {
         let mut all: std::collections::HashMap<String, rustral::runtime::HostTensor> = feeds.into_iter().collect();
         for (name, v) in store.iter() {
@@ -278,6 +305,13 @@ fn execute(
                 args.tolerance
             ));
         }
+    }
+    if let Some(f) = kernels_failure {
+        let kernels = format!("fused kernels beyond tolerance {:e} of their primitives: {f}", args.tolerance);
+        stats.check_failure = Some(match stats.check_failure.take() {
+            Some(outputs) => format!("{outputs}; {kernels}"),
+            None => kernels,
+        });
     }
     Ok(stats)
 }

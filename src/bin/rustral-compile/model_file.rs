@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool, bounds: Bounds) -> Result<Traced, Fail> {
     let label = file.display().to_string();
     let file = file.canonicalize().map_err(|e| Fail::user(format!("{label}: {e}")))?;
+    let built_as = file.to_string_lossy().to_string();
     let source = rustral_source()?;
     let cache = cache_dir()?;
     let name = format!("rustral-model-{:016x}", fnv1a(file.to_string_lossy().as_bytes()));
@@ -97,7 +98,33 @@ pub fn trace(file: &Path, pins: &[(String, usize)], quiet: bool, bounds: Bounds)
     let json = std::fs::read_to_string(&out).map_err(|e| Fail::Internal(format!("trace of {label}: {e}")));
     let _ = std::fs::remove_file(&out);
     let json = json?;
-    Traced::from_json(&json).map_err(|e| Fail::Internal(format!("trace of {label} does not read back: {e}")))
+    let mut traced =
+        Traced::from_json(&json).map_err(|e| Fail::Internal(format!("trace of {label} does not read back: {e}")))?;
+    relabel_locs(&mut traced.graph, &built_as, &label);
+    Ok(traced)
+}
+
+/// Name the model file in source locations as the user did (`examples/models/mlp.rs`, not
+/// the absolute path the build saw).
+fn relabel_locs(g: &mut rustral::ir::Graph, built_as: &str, label: &str) {
+    let ids: Vec<rustral::ir::NodeId> = g.node_ids().collect();
+    for id in ids {
+        let Some(node) = g.node(id) else { continue };
+        if node.loc.iter().any(|l| l.file == built_as) {
+            let loc = node
+                .loc
+                .iter()
+                .map(|l| {
+                    if l.file == built_as {
+                        rustral::ir::SourceLoc { file: label.to_string(), ..l.clone() }
+                    } else {
+                        l.clone()
+                    }
+                })
+                .collect();
+            g.set_loc(id, loc);
+        }
+    }
 }
 
 /// How long and how much memory a model file's trace may take.

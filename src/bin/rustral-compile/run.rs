@@ -147,27 +147,13 @@ pub fn errors(want: &[(String, HostTensor)], got: &[(String, HostTensor)]) -> Re
             }
             let (mut abs, mut rel) = (0.0f64, 0.0f64);
             for (&a, &b) in w.data.iter().zip(g.data.iter()) {
-                let (e, r) = difference(a, b);
+                let (e, r) = rustral::check_kernels::difference(a, b);
                 abs = abs.max(e);
                 rel = rel.max(r);
             }
             Ok((name.clone(), abs, rel))
         })
         .collect()
-}
-
-/// `|a - b|` and `|a - b| / (1 + |a|)` for a reference value `a`: 0 when both are NaN or
-/// the same infinity, infinite when only one is NaN or infinite (a relative error of two
-/// infinities would be NaN, which `max` drops: the check would pass in silence).
-fn difference(a: f64, b: f64) -> (f64, f64) {
-    if a == b || (a.is_nan() && b.is_nan()) {
-        (0.0, 0.0)
-    } else if !a.is_finite() || !b.is_finite() {
-        (f64::INFINITY, f64::INFINITY)
-    } else {
-        let e = (a - b).abs();
-        (e, e / (1.0 + a.abs()))
-    }
 }
 
 /// One line about an output: shape, dtype and a few statistics.
@@ -183,17 +169,6 @@ pub fn summary(name: &str, t: &HostTensor) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn non_finite_values_match_only_themselves() {
-        let inf = f64::INFINITY;
-        assert_eq!(difference(f64::NAN, f64::NAN), (0.0, 0.0));
-        assert_eq!(difference(inf, inf), (0.0, 0.0));
-        for (a, b) in [(inf, 1.0), (1.0, inf), (f64::NAN, 1.0), (1.0, f64::NAN), (inf, -inf), (f64::NAN, inf)] {
-            assert_eq!(difference(a, b), (inf, inf), "{a} vs {b}");
-        }
-        assert_eq!(difference(1.0, 1.5), (0.5, 0.25));
-    }
 
     #[test]
     fn output_names_stay_in_their_folder() {
