@@ -337,3 +337,46 @@ fn kernels_name_the_model_lines_they_compute() {
         }
     }
 }
+
+/// `--emit html`: one self-contained page whose embedded data holds the IR after every pass
+/// with its diff, and every kernel with its model lines, code, time and check; the graph is
+/// drawn with the fused nodes marked. With RUSTRAL_WEB_DUMP set the page is also left there
+/// for web/test/chromium.mjs, which renders it in headless Chromium and checks what it shows.
+#[test]
+fn emit_html_writes_a_self_contained_explorer() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("model.rs");
+    std::fs::write(&model, TRACED_LINES).unwrap();
+    let file = model.to_str().unwrap();
+    let d = dir.path().join("out");
+    stdout(cli().args([file, "--emit", "html", "-o", d.to_str().unwrap(), "-q"]));
+    let page = std::fs::read_to_string(d.join("explorer.html")).unwrap();
+    for external in ["src=\"http", "href=\"http", "<link ", "import(", "fetch("] {
+        assert!(!page.contains(external), "the page loads nothing ({external})");
+    }
+    let start = page.find("<script type=\"application/json\" id=\"data\">").unwrap();
+    let json = &page[start..];
+    let json = &json[json.find('>').unwrap() + 1..json.find("</script>").unwrap()];
+    let data: serde_json::Value = serde_json::from_str(json).unwrap();
+    let stages = data["stages"].as_array().unwrap();
+    assert_eq!(stages[0]["pass"], "traced");
+    let ln = stages.iter().find(|s| s["pass"] == "fuse-layer-norm").unwrap();
+    let added = |l: &str| l.starts_with('+') && l.contains("= layer_norm %0, %1, %2 {eps=1e-5}");
+    assert!(ln["diff"].as_str().unwrap().lines().any(added), "{ln}");
+    assert!(stages.iter().any(|s| s["diff"] == ""), "an unchanged pass has an empty diff");
+    let kernels = data["kernels"].as_array().unwrap();
+    let kernel = |op: &str| kernels.iter().find(|k| k["op"] == op).unwrap_or_else(|| panic!("{op}: {data}"));
+    assert_eq!(kernel("layer_norm")["source"], format!("{file}:6-12"));
+    assert_eq!(kernel("gelu")["source"], format!("{file}:13-15"));
+    for k in kernels {
+        assert!(k["ms"].as_f64().is_some_and(|ms| ms >= 0.0), "profiled: {k}");
+        assert_eq!(k["check"]["ok"], true, "checked: {k}");
+        assert!(k["code"].as_str().unwrap().starts_with("CPU kernel: "), "{k}");
+    }
+    assert_eq!(page.matches("<g class=\"node fused\"").count(), 2, "two fused nodes drawn");
+    if let Some(web) = std::env::var_os("RUSTRAL_WEB_DUMP") {
+        let to = std::path::Path::new(&web).join("explorer");
+        std::fs::create_dir_all(&to).unwrap();
+        std::fs::copy(d.join("explorer.html"), to.join("explorer.html")).unwrap();
+    }
+}

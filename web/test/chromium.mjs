@@ -5,7 +5,9 @@
 // embeddings and similarity matrix must match sentence-transformers' (fixtures/minilm) and the
 // CPU target's within 1e-4. With RUSTRAL_WGSL_DUMP (scripts/test.sh sets it) every shader the
 // tests emitted is compiled there too, as the Tint check does in Dawn.
-// RUSTRAL_WEB_SCREENSHOT=FILE saves the page (the README's picture).
+// RUSTRAL_WEB_SCREENSHOT=FILE saves the page (the README's picture). The explorer page of
+// rustral-compile --emit html (tests/compile_cli.rs leaves it in RUSTRAL_WEB_DUMP/explorer) is
+// rendered and checked too.
 // Exit status 1 on any failure. Usage: node test/chromium.mjs (CHROMIUM names the browser).
 
 import fs from 'node:fs';
@@ -70,6 +72,11 @@ try {
     if (shaders.length === 0) fail(`no shaders in RUSTRAL_WGSL_DUMP=${dumped}`);
     else console.log(`${bad ? 'FAIL' : 'ok'} ${shaders.length} distinct shaders compiled by Chromium: ${bad} messages`);
   }
+  if (!fs.existsSync(path.join(dump, 'explorer/explorer.html'))) {
+    fail('no explorer/explorer.html in RUSTRAL_WEB_DUMP (tests/compile_cli.rs writes it): the explorer page was not tested');
+  } else {
+    await explorer(await browser.newPage());
+  }
   if (!folders.includes('minilm-real')) {
     fail('no minilm-real program in RUSTRAL_WEB_DUMP (tests/minilm_targets.rs writes it): the demo was not tested');
   } else {
@@ -79,8 +86,53 @@ try {
   await browser.close();
   server.close();
 }
-console.log(`chromium: ${folders.length} programs and the MiniLM demo: ${failures.length} failures`);
+console.log(`chromium: ${folders.length} programs, the explorer page and the MiniLM demo: ${failures.length} failures`);
 process.exit(failures.length ? 1 : 0);
+
+// rustral-compile --emit html's page, as a user opens it: it must render with no script error,
+// show a row per kernel, a box per drawn node with the fused ones marked, a button per pass,
+// filter by source line, and look like something (its picture much larger than a blank page's).
+// RUSTRAL_EXPLORER_SCREENSHOT=FILE saves the picture.
+async function explorer(page) {
+  const errors = [];
+  page.on('pageerror', (e) => errors.push(String(e)));
+  await page.setViewport({ width: 1200, height: 900 });
+  const blank = await page.screenshot();
+  await page.goto(`${origin}/programs/explorer/explorer.html`);
+  await page.waitForFunction(() => window.explorer !== undefined, { timeout: 60_000 });
+  const r = await page.evaluate(() => {
+    const { data, filter } = window.explorer;
+    const rows = () => [...document.querySelectorAll('#kernels tbody tr')].filter((tr) => tr.offsetParent !== null).length;
+    const shown = rows();
+    const fused = [...document.querySelectorAll('#graph .node.fused rect')].filter((r) => r.getBBox().width > 0).length;
+    const gelu = data.kernels.find((k) => k.op === 'gelu');
+    document.getElementById('search').value = gelu.source.slice(gelu.source.lastIndexOf(':'));
+    filter();
+    const filtered = rows();
+    document.getElementById('search').value = '';
+    filter();
+    return {
+      kernels: data.kernels.length,
+      shown,
+      fused,
+      fusedKernels: data.kernels.filter((k) => k.check).length,
+      buttons: document.querySelectorAll('#stages button').length,
+      stages: data.stages.length,
+      filtered,
+      diffLines: document.querySelectorAll('#diff .add, #diff .del').length,
+    };
+  });
+  const picture = await page.screenshot({ fullPage: true });
+  const what = `explorer: ${r.kernels} kernels shown ${r.shown}, ${r.fused} fused nodes drawn, ${r.buttons} of ${r.stages} passes, filter leaves ${r.filtered}, ${r.diffLines} diff lines, picture ${picture.length} bytes (blank ${blank.length})`;
+  if (errors.length) fail(`explorer: ${errors.join('; ')}`);
+  else if (r.kernels === 0 || r.shown !== r.kernels || r.fused !== r.fusedKernels || r.fused === 0 || r.buttons !== r.stages || r.filtered !== 1 || r.diffLines === 0 || picture.length < 4 * blank.length) fail(what);
+  else console.log(`ok ${what}`);
+  const shot = process.env.RUSTRAL_EXPLORER_SCREENSHOT;
+  if (shot) {
+    fs.writeFileSync(shot, picture);
+    console.log(`explorer: screenshot ${shot}`);
+  }
+}
 
 async function demo(page) {
   const log = [];

@@ -19,6 +19,8 @@ Examples:
       which rules fired in each region, what they cost, and which spellings nearly fused
   rustral-compile examples/models/gpt2_block.rs --check-kernels --profile
       each fused kernel against the primitives it replaced, and where the time goes, by model line
+  rustral-compile examples/models/gpt2_block.rs --emit html -o out/
+      out/explorer.html: passes, diffs, the fused graph and every kernel with its lines and checks
 
 Exit status: 0 success, 1 a user error (bad file, bad option, a model that does not trace),
 2 an internal error (a bug: please report it), 3 --check or --check-kernels found errors beyond
@@ -26,7 +28,7 @@ tolerance.";
 
 /// Compile a model: a Rust model file, text IR (.rir), JSON IR (.json) or a built-in model in;
 /// IR, pictures, statistics, a program and a checked run out.
-#[derive(Parser, Debug)]
+#[derive(Parser, Debug, Clone)]
 #[command(name = "rustral-compile", version, after_help = EXAMPLES)]
 pub struct Args {
     /// The model: a Rust file defining `pub fn model(ctx: &mut ForwardCtx) ->
@@ -207,6 +209,10 @@ pub enum Emit {
     Program,
     /// The WGSL program folder.
     Wgsl,
+    /// explorer.html: one self-contained page with the IR after every pass and its diff, the
+    /// graph with its fused nodes, and every kernel with its model lines, code, profiled time
+    /// and check against the primitives it replaced (implies --profile and --check-kernels).
+    Html,
 }
 
 impl Emit {
@@ -220,7 +226,20 @@ impl Emit {
             Emit::Stats => "stats.json",
             Emit::Program => "program.json",
             Emit::Wgsl => "wgsl",
+            Emit::Html => "explorer.html",
         }
+    }
+}
+
+impl Args {
+    /// The arguments with what they imply: the explorer page shows a profiled, checked run.
+    pub fn implied(&self) -> Args {
+        let mut args = self.clone();
+        if args.emit.contains(&Emit::Html) {
+            args.profile = true;
+            args.check_kernels = true;
+        }
+        args
     }
 }
 

@@ -23,7 +23,7 @@ impl Out {
         Ok(Out { dir: dir.map(Path::to_path_buf) })
     }
 
-    fn put(&self, file: &str, text: &str) -> Result<(), Fail> {
+    pub fn put(&self, file: &str, text: &str) -> Result<(), Fail> {
         match &self.dir {
             Some(d) => {
                 let path = d.join(file);
@@ -99,7 +99,7 @@ pub fn write(out: &Out, e: Emit, traced: &Traced, session: &Session, args: &Args
         }
         #[cfg(not(feature = "wgsl"))]
         Emit::Wgsl => Ok(()),
-        Emit::Stats => Ok(()),
+        Emit::Stats | Emit::Html => Ok(()),
     }
 }
 
@@ -145,10 +145,10 @@ pub fn stats(out: &Out, session: &Session, args: &Args, run: Option<&RunStats>) 
             "check": r.errors.iter().map(|(name, abs, rel)| json!({"output": name, "max_abs": abs, "max_rel": rel})).collect::<Vec<Value>>(),
         });
         if let Some(p) = &r.profile {
-            value["run"]["profile"] = p.clone();
+            value["run"]["profile"] = crate::inspect::profile_json(p);
         }
         if let Some(c) = &r.kernel_checks {
-            value["run"]["kernel_checks"] = c.clone();
+            value["run"]["kernel_checks"] = crate::inspect::checks_json(c);
         }
     }
     out.put(Emit::Stats.file_name(), &pretty(&value))

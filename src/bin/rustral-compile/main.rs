@@ -4,6 +4,7 @@
 mod args;
 mod emit;
 mod fail;
+mod html;
 mod inspect;
 mod load;
 mod memory;
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
 const MAX_THREADS_PER_CORE: usize = 8;
 
 fn compile(args: &Args) -> Result<(), Fail> {
+    let args = &args.implied();
     let target = target(args.target)?;
     if args.emit.contains(&Emit::Wgsl) && args.target != TargetName::Wgsl {
         return Err(Fail::user("--emit wgsl writes the WGSL target's program: add --target wgsl"));
@@ -78,7 +80,7 @@ fn compile(args: &Args) -> Result<(), Fail> {
         _ => OptLevel::O2,
     };
     let mut options = CompileOptions { level, disabled: args.disable.clone(), ..CompileOptions::default() };
-    options.dump_each = args.print_after_all;
+    options.dump_each = args.print_after_all || emits.contains(&Emit::Html);
     options.contracts = args.check_kernels;
     if let Some(t) = args.threads {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -149,13 +151,15 @@ fn compile(args: &Args) -> Result<(), Fail> {
     session.bind(&store)?;
 
     let out = emit::Out::new(args.out_dir.as_deref())?;
-    emit::passes(&out, &session)?;
+    if args.print_after_all {
+        emit::passes(&out, &session)?;
+    }
     if args.explain_fusion {
         emit::explain_fusion(&out, &session)?;
     }
     let to_stdout = args.out_dir.is_none() && !emits.is_empty();
     for &e in &emits {
-        if e != Emit::Stats {
+        if e != Emit::Stats && e != Emit::Html {
             emit::write(&out, e, traced, &session, args)?;
         }
     }
@@ -168,6 +172,15 @@ fn compile(args: &Args) -> Result<(), Fail> {
     }
     if emits.contains(&Emit::Stats) {
         emit::stats(&out, &session, args, run_stats.as_ref())?;
+    }
+    if emits.contains(&Emit::Html) {
+        let measured = html::Measured {
+            profile: run_stats.as_ref().and_then(|r| r.profile.as_deref()),
+            checks: run_stats.as_ref().and_then(|r| r.kernel_checks.as_deref()),
+            tolerance: args.tolerance,
+        };
+        let page = html::page(&traced.graph, &session, other_name(args.target), &measured);
+        out.put(Emit::Html.file_name(), &page)?;
     }
     if let Some(dir) = &args.out_dir {
         say(format!("wrote {}", dir.display()));
@@ -184,10 +197,10 @@ pub struct RunStats {
     pub binding: std::collections::BTreeMap<String, usize>,
     pub errors: Vec<(String, f64, f64)>,
     pub check_failure: Option<String>,
-    /// `--profile`'s kernels, as stats.json holds them.
-    pub profile: Option<serde_json::Value>,
-    /// `--check-kernels`' kernels, as stats.json holds them.
-    pub kernel_checks: Option<serde_json::Value>,
+    /// `--profile`'s kernels.
+    pub profile: Option<Vec<inspect::ProfileRow>>,
+    /// `--check-kernels`' kernels.
+    pub kernel_checks: Option<Vec<rustral::check_kernels::KernelCheck>>,
 }
 
 fn execute(
@@ -238,7 +251,7 @@ fn execute(
         match inspect::profile(session, &refs, runs)? {
             Some(rows) => {
                 inspect::profile_lines(&rows, runs).into_iter().for_each(&report);
-                stats.profile = Some(inspect::profile_json(&rows));
+                stats.profile = Some(rows);
             }
             None => report(format!("profile: the {} target keeps no per-kernel times", other_name(args.target))),
         }
@@ -249,7 +262,7 @@ fn execute(
         let (checks, unchecked) = inspect::check_kernels(session, options, &params, &refs)?;
         let (lines, failure) = inspect::check_lines(&checks, &unchecked, args.tolerance);
         lines.into_iter().for_each(&report);
-        stats.kernel_checks = Some(inspect::checks_json(&checks));
+        stats.kernel_checks = Some(checks);
         kernels_failure = failure;
     }
     if args.check {
