@@ -20,13 +20,28 @@ fn targets() -> Vec<Target> {
     t
 }
 
+/// A tiny GPT-2 with seeded parameters and inputs.
+struct Run {
+    traced: rustral::frontend::Traced,
+    store: ParamStore,
+    params: std::collections::HashMap<String, HostTensor>,
+    inputs: Vec<(String, HostTensor)>,
+}
+
+impl Run {
+    fn gpt2() -> Run {
+        let traced = common::models().into_iter().find(|(name, _)| *name == "gpt2").unwrap().1;
+        let store = ParamStore::init(&traced.params, 5);
+        let params = host_params(&store).unwrap();
+        let inputs = common::inputs(&traced.graph, 2, 7, 50);
+        Run { traced, store, params, inputs }
+    }
+}
+
 #[test]
 fn every_fused_kernel_is_within_tolerance_of_what_it_replaced_on_every_target() {
-    let traced = common::models().into_iter().find(|(name, _)| *name == "gpt2").unwrap().1;
-    let store = ParamStore::init(&traced.params, 5);
-    let params = host_params(&store).unwrap();
-    let feeds = common::inputs(&traced.graph, 2, 7, 50);
-    let inputs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let Run { traced, store, params, inputs } = Run::gpt2();
+    let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     for target in targets() {
         let options = CompileOptions { contracts: true, threads: 2, ..CompileOptions::default() };
         let mut session = Session::compile(&traced.graph, target.clone(), &options).unwrap();
@@ -56,11 +71,8 @@ fn every_fused_kernel_is_within_tolerance_of_what_it_replaced_on_every_target() 
 
 #[test]
 fn a_contract_for_another_function_blames_the_rule() {
-    let traced = common::models().into_iter().find(|(name, _)| *name == "gpt2").unwrap().1;
-    let store = ParamStore::init(&traced.params, 5);
-    let params = host_params(&store).unwrap();
-    let feeds = common::inputs(&traced.graph, 2, 7, 50);
-    let inputs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
+    let Run { traced, store, params, inputs } = Run::gpt2();
+    let inputs: Vec<(&str, HostTensor)> = inputs.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let options = CompileOptions { contracts: true, threads: 2, ..CompileOptions::default() };
     let mut session = Session::compile(&traced.graph, Target::Cpu, &options).unwrap();
     session.bind(&store).unwrap();

@@ -71,7 +71,9 @@ pub fn loc_summary(locs: &[SourceLoc], max: usize) -> String {
     let mut runs: Vec<(&str, u32, u32)> = Vec::new();
     for l in locs {
         match runs.last_mut() {
-            Some((file, _, last)) if *file == l.file && (l.line == *last || l.line == *last + 1) => *last = l.line,
+            Some((file, _, last)) if *file == l.file && (l.line == *last || last.checked_add(1) == Some(l.line)) => {
+                *last = l.line
+            }
             _ => runs.push((&l.file, l.line, l.line)),
         }
     }
@@ -121,5 +123,7 @@ mod tests {
         let run: Vec<SourceLoc> = [6, 7, 7, 8, 12, 14, 15].iter().map(|&l| SourceLoc::new("m.rs", l, 1)).collect();
         assert_eq!(loc_summary(&run, 9), "m.rs:6-8, 12, 14-15");
         assert_eq!(loc_summary(&run, 2), "m.rs:6-8, 12 (+1 more)");
+        let far = [SourceLoc::new("m.rs", u32::MAX, 1), SourceLoc::new("m.rs", u32::MAX, 2)];
+        assert_eq!(loc_summary(&far, 9), format!("m.rs:{}", u32::MAX));
     }
 }

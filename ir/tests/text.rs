@@ -115,6 +115,19 @@ fn malformed_text_reports_line_col_and_expectation() {
             "graph \"g\" {\n  %0: f32[2] = input \"x\"\n  %1: f32[2] = fused_elementwise %0 {t0 = arg 0; t2 = exp t0}\n}\n",
             "3:50: expected 't1' (body temps are numbered in order), found 't2'",
         ),
+        (
+            "graph \"g\" {\n  %0: f32[2] = input \"x\"  loc(\"\":1:2)\n}\n",
+            "2:31: expected a source file's name, found \"\"",
+        ),
+        (
+            "graph \"g\" {\n  %0: f32[2] = input \"x\"  loc(\"m.rs\":x:2)\n}\n",
+            "2:38: expected a line number, found 'x'",
+        ),
+        (
+            "graph \"g\" {\n  %0: f32[2] = input \"x\"  loc(\"m.rs\":4294967296:2)\n}\n",
+            "2:38: expected a line number below 2^32, found 4294967296",
+        ),
+        ("graph \"g\" {\n  %0: f32[2] = input \"x\"  loc(\"m.rs\":3:2\n}\n", "3:1: expected ')', found '}'"),
     ];
     for (src, want) in cases {
         let err = parse(src).expect_err(src);
@@ -133,4 +146,19 @@ fn shape_mismatch_names_node_and_provenance() {
         errors.to_string(),
         "%2 (matmul) at encoder.layer.3.attention: contracted dims differ: [batch, 8] @ [4, 3] (8 vs 4) (operands: f32[batch, 8], f32[4, 3])"
     );
+}
+
+/// Source locations print after the provenance, MLIR's way, and read back, several to a node
+/// (a fused node's), sorted and without repeats, whatever order the text gave them in.
+#[test]
+fn locations_round_trip() {
+    let src = "graph \"g\" {\n  %0: f32[2] = input \"x\"  loc(\"m.rs\":3:17)\n  %1: f32[2] = exp %0  @a.b loc(\"m.rs\":9:5, \"C:\\\\m\\\\n.rs\":1:1, \"m.rs\":4:2, \"m.rs\":9:5)\n  output \"y\" = %1\n}\n";
+    let g = parse_verified(src).unwrap();
+    let text = print(&g);
+    assert!(text.contains("@a.b loc(\"C:\\\\m\\\\n.rs\":1:1, \"m.rs\":4:2, \"m.rs\":9:5)\n"), "{text}");
+    assert_eq!(print(&parse(&text).unwrap()), text);
+    let json = rustral_ir::to_json(&g);
+    assert!(json.contains("\"m.rs:4:2\""), "{json}");
+    assert_eq!(rustral_ir::from_json(&json).unwrap(), g);
+    assert_eq!(rustral_ir::from_binary(&rustral_ir::to_binary(&g)).unwrap(), g);
 }

@@ -29,6 +29,9 @@ pub struct Buffer {
     pub kind: BufferKind,
     /// The module path of the node that produced it.
     pub provenance: String,
+    /// The model source locations of that node (a constant's kernel names them too).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub loc: Vec<SourceLoc>,
 }
 
 /// One kernel: an op over input buffers into one output buffer.
@@ -89,7 +92,12 @@ pub fn lower(g: &Graph) -> Result<Program, LowerError> {
             _ => BufferKind::Intermediate,
         };
         let b = buffers.len();
-        buffers.push(Buffer { ty: node.ty.clone(), kind: kind.clone(), provenance: node.provenance.clone() });
+        buffers.push(Buffer {
+            ty: node.ty.clone(),
+            kind: kind.clone(),
+            provenance: node.provenance.clone(),
+            loc: node.loc.clone(),
+        });
         buffer_of.insert(id, b);
         if kind == BufferKind::Intermediate {
             let inputs = g.operands(id).iter().map(|o| buffer_of[o]).collect();

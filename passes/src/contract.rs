@@ -66,9 +66,16 @@ impl Contract {
         // a node replaced one node of its own kind, and keeps that node's contract and rules.
         let computing: Vec<NodeId> =
             self.replaced.node_ids().filter(|&id| self.replaced.node(id).is_some_and(|n| !n.op.is_source())).collect();
+        // (Only when it reads the same operands in the same order: then the two compute alike.)
+        let in_order = |only: NodeId| {
+            self.replaced.operands(only).iter().enumerate().all(|(k, &o)| {
+                matches!(self.replaced.node(o).map(|n| &n.op), Some(Op::Input { name }) if *name == format!("arg{k}"))
+            })
+        };
         if let [only] = computing[..]
             && let Some(inner) = subs.get(&only)
             && inner.op == self.op
+            && in_order(only)
         {
             return (*inner).clone();
         }

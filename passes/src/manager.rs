@@ -161,9 +161,11 @@ impl PassManager {
                 let c = c.inline(&contracts);
                 contracts.insert(id, c);
             }
-            // A removed node's contract goes; so does one whose index a later node reuses
-            // (every fused node records its own, so a reuse by another fused node overwrote it).
-            contracts.retain(|&id, c| g.node(id).is_some_and(|n| n.op.name() == c.op));
+            // Only live nodes keep their contracts: a node this pass replaced has been inlined
+            // into its replacement's above, and dropping it now, before the dead node is
+            // removed and its index reused, keeps a later node from inheriting it.
+            let live = |id: NodeId| !g.users(id).is_empty() || g.outputs().iter().any(|o| o.node == id);
+            contracts.retain(|&id, c| g.node(id).is_some_and(|n| n.op.name() == c.op) && live(id));
             stats.passes.push(ps);
         }
         stats.pipeline = self.pipeline().iter().map(|s| s.to_string()).collect();

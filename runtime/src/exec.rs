@@ -43,6 +43,9 @@ pub type Outputs = Vec<(String, HostTensor)>;
 /// One kernel's time in a profiled run.
 #[derive(Clone, Debug)]
 pub struct KernelTime {
+    /// Its index in the program's kernels (kernels that run once, when parameters are bound,
+    /// are not timed, so this is not the position in a profile).
+    pub kernel: usize,
     /// Op name.
     pub op: String,
     /// Module path of the (possibly fused) node.
@@ -330,6 +333,7 @@ impl<B: Backend> Executor<B> {
                 }
                 if let Some(t) = times.as_deref_mut() {
                     t.push(KernelTime {
+                        kernel: k,
                         op: kernel.name.clone(),
                         provenance: kernel.provenance.clone(),
                         loc: kernel.loc.clone(),

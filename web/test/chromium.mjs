@@ -105,10 +105,17 @@ async function explorer(page) {
     const rows = () => [...document.querySelectorAll('#kernels tbody tr')].filter((tr) => tr.offsetParent !== null).length;
     const shown = rows();
     const fused = [...document.querySelectorAll('#graph .node.fused rect')].filter((r) => r.getBBox().width > 0).length;
+    // One line inside the GELU's lines, as a reader types it (the file's last part): only that
+    // kernel stays; a line no kernel computes leaves none.
     const gelu = data.kernels.find((k) => k.op === 'gelu');
-    document.getElementById('search').value = gelu.source.slice(gelu.source.lastIndexOf(':'));
+    const line = gelu.lines[1].split('/').pop();
+    document.getElementById('search').value = line;
     filter();
     const filtered = rows();
+    const marked = document.querySelectorAll('#ir mark').length;
+    document.getElementById('search').value = line.replace(/:\d+$/, ':1');
+    filter();
+    const none = rows();
     document.getElementById('search').value = '';
     filter();
     return {
@@ -119,13 +126,15 @@ async function explorer(page) {
       buttons: document.querySelectorAll('#stages button').length,
       stages: data.stages.length,
       filtered,
+      marked,
+      none,
       diffLines: document.querySelectorAll('#diff .add, #diff .del').length,
     };
   });
   const picture = await page.screenshot({ fullPage: true });
-  const what = `explorer: ${r.kernels} kernels shown ${r.shown}, ${r.fused} fused nodes drawn, ${r.buttons} of ${r.stages} passes, filter leaves ${r.filtered}, ${r.diffLines} diff lines, picture ${picture.length} bytes (blank ${blank.length})`;
+  const what = `explorer: ${r.kernels} kernels shown ${r.shown}, ${r.fused} fused nodes drawn, ${r.buttons} of ${r.stages} passes, filter by a line leaves ${r.filtered} (${r.marked} IR lines marked, ${r.none} for a line no kernel computes), ${r.diffLines} diff lines, picture ${picture.length} bytes (blank ${blank.length})`;
   if (errors.length) fail(`explorer: ${errors.join('; ')}`);
-  else if (r.kernels === 0 || r.shown !== r.kernels || r.fused !== r.fusedKernels || r.fused === 0 || r.buttons !== r.stages || r.filtered !== 1 || r.diffLines === 0 || picture.length < 4 * blank.length) fail(what);
+  else if (r.kernels === 0 || r.shown !== r.kernels || r.fused !== r.fusedKernels || r.fused === 0 || r.buttons !== r.stages || r.filtered !== 1 || r.marked === 0 || r.none !== 0 || r.diffLines === 0 || picture.length < 4 * blank.length) fail(what);
   else console.log(`ok ${what}`);
   const shot = process.env.RUSTRAL_EXPLORER_SCREENSHOT;
   if (shot) {

@@ -121,7 +121,8 @@ test('a program over the limits names the limit and the kernel', async () => {
   const { files } = await gpt2();
   const e = exceededLimit(files, { ...adapter.limits, maxStorageBuffersPerShaderStage: 2 });
   assert.ok(e instanceof ProgramError);
-  assert.match(e.message, /^kernel k\d+_\w+ \(.* at ".*"\): needs \d+ but the maxStorageBuffersPerShaderStage limit is 2$/);
+  // The kernel's module path and the model line it computes (program.json's `loc`).
+  assert.match(e.message, /^kernel k\d+_\w+ \(.* at ".*", [^ ]+\.rs:\d+:\d+( \(\+\d+ more\))?\): needs \d+ but the maxStorageBuffersPerShaderStage limit is 2$/);
   const small = { ...adapter.limits, maxStorageBufferBindingSize: 64 };
   assert.match(exceededLimit(files, small).message, /^kernel k\d+_\w+ \(.*\) binding \d+ \(\w+\): needs \d+ but the maxStorageBufferBindingSize limit is 64$/);
   const tiny = { ...adapter.limits, maxBufferSize: 64 };

@@ -295,7 +295,11 @@ impl Parser {
         self.punct('(')?;
         let mut out = Vec::new();
         loop {
+            let (line, col) = self.here();
             let file = self.string("a source file as a string")?;
+            if file.is_empty() {
+                return Err(ParseError { line, col, expected: "a source file's name".into(), found: "\"\"".into() });
+            }
             self.punct(':')?;
             let line = self.u32("a line number")?;
             self.punct(':')?;

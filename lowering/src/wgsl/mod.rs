@@ -196,7 +196,7 @@ fn lower_unchecked(p: &Program, name: &str, limits: &Limits) -> Result<WgslProgr
                     inputs: vec![],
                     output: b,
                     provenance: buf.provenance.clone(),
-                    loc: Vec::new(),
+                    loc: buf.loc.clone(),
                 }),
             }
         }

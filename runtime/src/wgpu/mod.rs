@@ -269,6 +269,7 @@ impl WgpuProgram {
                 .map_err(|e| WgpuError::Device { place: format!("kernel {}", kernel.name), message: e.to_string() })?;
             // Submission to completion; every WGSL kernel runs on the device (no fallback).
             times.push(KernelTime {
+                kernel: k,
                 op: kernel.op.clone(),
                 provenance: kernel.provenance.clone(),
                 loc: kernel.loc.iter().filter_map(|l| rustral_ir::SourceLoc::parse(l)).collect(),

@@ -5,7 +5,7 @@
 //! replaced; searchable by module path. The data is embedded as JSON, the picture as SVG, the
 //! page's script and style come from `explorer.html` beside this file.
 
-use crate::inspect::ProfileRow;
+use crate::inspect::{ProfileRow, finite};
 use rustral::Session;
 use rustral::check_kernels::KernelCheck;
 use rustral::ir::{Graph, NodeId, Op, loc_summary, op_text};
@@ -54,8 +54,9 @@ pub fn page(traced: &Graph, session: &Session, target: &str, measured: &Measured
         "kernels": kernels(session, measured),
         "measured": {"profile": measured.profile.is_some(), "checks": measured.checks.is_some()},
     });
-    // `</` inside a script element would end it: JSON allows `<\/` for `</`.
-    let data = serde_json::to_string(&data).expect("json values serialize").replace("</", "<\\/");
+    // Markup inside a script element can end it (`</script>`, `<!--`): JSON strings may write
+    // every `<` as `\u003c`, which no HTML parser reads as markup.
+    let data = serde_json::to_string(&data).expect("json values serialize").replace('<', "\\u003c");
     let title = escape(&format!("{} - Rustral explorer", session.graph().name()));
     TEMPLATE
         .replace("<!--TITLE-->", &title)
@@ -73,7 +74,8 @@ fn kernels(session: &Session, measured: &Measured) -> Vec<Value> {
     #[cfg(feature = "wgsl")]
     if let Some((wgsl, _)) = session.wgsl() {
         for k in &wgsl.kernels {
-            let out = k.bindings.iter().find(|b| b.name == "out").map(|b| b.buffer);
+            // `out`, or `out_0`, `out_1`, ... for an output bound in ranges: one buffer.
+            let out = k.bindings.iter().find(|b| b.name == "out" || b.name.starts_with("out_")).map(|b| b.buffer);
             rows.push((k.name.clone(), k.op.clone(), k.provenance.clone(), out, k.source.clone()));
         }
     }
@@ -87,28 +89,24 @@ fn kernels(session: &Session, measured: &Measured) -> Vec<Value> {
             rows.push((format!("k{i:03}_{}", k.name), k.name.clone(), k.provenance.clone(), Some(k.output), code));
         }
     }
-    let mut profile = measured.profile.unwrap_or_default().iter().peekable();
+    // Profile rows name their kernel by its index in the program, as the rows here are.
+    let profile: HashMap<usize, f64> = measured.profile.unwrap_or_default().iter().map(|p| (p.kernel, p.ms)).collect();
     rows.into_iter()
-        .map(|(name, op, module, node, code)| {
-            let id = node.and_then(|n| by_number.get(&n));
-            let source = id.and_then(|id| g.node(*id)).map_or_else(String::new, |n| loc_summary(&n.loc, usize::MAX));
-            // Profile rows follow the schedule: the next one with this op and module is this kernel's.
-            let ms = match profile.peek() {
-                Some(p) if p.op == op && p.provenance == module => profile.next().map(|p| p.ms),
-                _ => None,
-            };
+        .enumerate()
+        .map(|(k, (name, op, module, node, code))| {
+            let graph_node = node.and_then(|n| by_number.get(&n)).and_then(|id| g.node(*id));
+            let locs = graph_node.map(|n| n.loc.clone()).unwrap_or_default();
+            let source = loc_summary(&locs, usize::MAX);
+            let fused = graph_node.is_some_and(|n| n.op.is_fused());
+            let ms = profile.get(&k);
             let check = node.and_then(|n| measured.checks?.iter().find(|c| c.node == n)).map(|c| {
                 let rules: Vec<String> = c.rules.iter().map(|r| format!("{} ({})", r.rule, r.pass)).collect();
                 json!({"max_abs": finite(c.max_abs), "max_rel": finite(c.max_rel), "rules": rules, "ok": c.ok(measured.tolerance)})
             });
-            json!({"name": name, "op": op, "module": module, "node": node, "source": source, "code": code, "ms": ms, "check": check})
+            json!({"name": name, "op": op, "module": module, "node": node, "source": source, "lines": lines(&locs),
+                   "fused": fused, "code": code, "ms": ms, "check": check})
         })
         .collect()
-}
-
-/// JSON has no infinity: a non-finite error is written as a string.
-fn finite(x: f64) -> Value {
-    if x.is_finite() { json!(x) } else { json!(x.to_string()) }
 }
 
 /// The optimised graph as SVG: computing nodes (and inputs) by depth, one row per depth,
@@ -172,9 +170,10 @@ fn svg(g: &Graph) -> String {
             format!("%{} {}\n{}\n{}\n{}", numbering[&id], op_text(&n.op), n.ty, n.provenance, loc_summary(&n.loc, 8));
         writeln!(
             out,
-            "<g class=\"{class}\" data-node=\"{}\" data-module=\"{}\"><title>{}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w}\" height=\"{h}\" rx=\"5\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
+            "<g class=\"{class}\" data-node=\"{}\" data-module=\"{}\" data-lines=\"{}\"><title>{}</title><rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{w}\" height=\"{h}\" rx=\"5\"/><text x=\"{:.1}\" y=\"{:.1}\">{}</text></g>",
             numbering[&id],
             escape(&n.provenance),
+            escape(&lines(&n.loc).join("\n")),
             escape(&tip),
             x + w / 2.0,
             y + h / 2.0 + 4.0,
@@ -183,6 +182,13 @@ fn svg(g: &Graph) -> String {
         .expect("write to String");
     }
     out.push_str("</svg>");
+    out
+}
+
+/// Every `file:line` the locations name, once each: what the filter matches exactly.
+fn lines(locs: &[rustral::ir::SourceLoc]) -> Vec<String> {
+    let mut out: Vec<String> = locs.iter().map(|l| format!("{}:{}", l.file, l.line)).collect();
+    out.dedup();
     out
 }
 

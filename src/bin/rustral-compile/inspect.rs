@@ -15,6 +15,7 @@ const LINES_SHOWN: usize = 4;
 
 /// One kernel's median time over the profiled runs.
 pub struct ProfileRow {
+    /// Its index in the program's kernels (`k003`, the WGSL program's `k003_*.wgsl`).
     pub kernel: usize,
     pub op: String,
     pub provenance: String,
@@ -40,7 +41,7 @@ pub fn profile(session: &Session, inputs: &[(&str, HostTensor)], runs: usize) ->
                 all.iter().filter_map(|run| run.get(k)).map(|t| t.time.as_secs_f64() * 1e3).collect();
             ms.sort_by(f64::total_cmp);
             ProfileRow {
-                kernel: k,
+                kernel: t.kernel,
                 op: t.op.clone(),
                 provenance: t.provenance.clone(),
                 source: loc_summary(&t.loc, LINES_SHOWN),
@@ -186,6 +187,12 @@ pub fn check_lines(checks: &[KernelCheck], unchecked: &[String], tolerance: f64)
     }
 }
 
+/// A number for JSON, which has no infinity or NaN: those are written as strings (`inf`),
+/// never as `null`, which would read as a missing value.
+pub fn finite(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { json!(x.to_string()) }
+}
+
 /// The checks for stats.json.
 pub fn checks_json(checks: &[KernelCheck]) -> Value {
     checks
@@ -194,7 +201,7 @@ pub fn checks_json(checks: &[KernelCheck]) -> Value {
             let loc: Vec<String> = c.loc.iter().map(ToString::to_string).collect();
             let rules: Vec<Value> = c.rules.iter().map(|r| json!({"rule": r.rule, "pass": r.pass})).collect();
             json!({"node": c.node, "op": c.op, "module": c.provenance, "loc": loc, "pass": c.pass, "rules": rules,
-                   "elements": c.elements, "max_abs": c.max_abs, "max_rel": c.max_rel})
+                   "elements": c.elements, "max_abs": finite(c.max_abs), "max_rel": finite(c.max_rel)})
         })
         .collect()
 }
