@@ -137,7 +137,7 @@ pub struct Args {
     #[arg(long)]
     pub check_kernels: bool,
 
-    /// Time every kernel of one run (after the timed runs; the median of --repeat profiled
+    /// Time every kernel (each kernel's median over --repeat profiled runs, after the timed
     /// runs) and print them slowest first with their module and the model lines they compute;
     /// stats.json holds them under `run.profile`.
     #[arg(long)]
