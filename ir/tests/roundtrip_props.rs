@@ -14,8 +14,18 @@ fn schema() -> jsonschema::Validator {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 400, failure_persistence: None, ..ProptestConfig::default() })]
 
+    /// Source locations too: one to three per node on some nodes, in files whose names need
+    /// quoting and escaping, at lines up to 2^32 - 1.
     #[test]
-    fn random_graphs_round_trip(g in arb_graph(40)) {
+    fn random_graphs_round_trip(
+        g in arb_graph(40),
+        locs in prop::collection::vec(prop::collection::vec((0..3usize, 1u32..=u32::MAX, 1u32..500), 0..4), 0..40),
+    ) {
+        let mut g = g;
+        const FILES: [&str; 3] = ["model.rs", "C:\\models\\x.rs", "a \"quoted\" name.rs"];
+        for (id, l) in g.node_ids().collect::<Vec<_>>().into_iter().zip(&locs) {
+            g.set_loc(id, l.iter().map(|&(f, line, col)| rustral_ir::SourceLoc::new(FILES[f], line, col)).collect());
+        }
         prop_assert!(verify(&g).is_ok(), "generated graph does not verify: {:?}", verify(&g));
         let text = print(&g);
         let parsed = parse(&text).map_err(|e| TestCaseError::fail(format!("{e}\n{text}")))?;
