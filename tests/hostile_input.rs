@@ -277,6 +277,13 @@ fn sizes_are_counted_before_anything_is_allocated() {
         cli().args(gpt2).args(["--shape", "batch=100000", "--run", "--max-memory", "256M", "-q"]),
         &["running with batch=100000, seq=2 would need", "beyond --max-memory (256.0 MiB)"],
     );
+    // --check-kernels keeps every fused kernel's values: counted too (4 MiB to run, 63 to check).
+    let small = ["--shape", "batch=512", "--shape", "seq=2", "--max-memory", "16M", "-q"];
+    stdout(cli().args(gpt2).args(small).arg("--run"));
+    user_error(
+        cli().args(gpt2).args(small).arg("--check-kernels"),
+        &["running with batch=512, seq=2 and checking every fused kernel would need", "beyond --max-memory (16.0 MiB)"],
+    );
     let wide = config(&dir, "wide.json", "tiny-gpt2/config.json", serde_json::json!({"n_embd": 1 << 20, "n_head": 1}));
     user_error(
         cli().args(["--model", "gpt2", "--config", &wide, "--run", "--max-memory", "1G", "-q"]),

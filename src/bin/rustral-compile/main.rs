@@ -222,7 +222,8 @@ fn execute(
     };
     let (feeds, binding) = run::inputs(&traced.graph, args, budget)?;
     // --check evaluates the graph this run compiled (with --grad, the training graph).
-    run_memory(session, &traced.graph, &binding, args.check, param_bytes, &feeds, budget)?;
+    let checks = (args.check, args.check_kernels);
+    run_memory(session, &traced.graph, &binding, checks, param_bytes, &feeds, budget)?;
     let refs: Vec<(&str, rustral::runtime::HostTensor)> = feeds.iter().map(|(n, t)| (n.as_str(), t.clone())).collect();
     let (outputs, times) = session.run_timed(&refs, args.repeat as usize)?;
     let mut times_ms: Vec<f64> = times.iter().map(|t| t.as_secs_f64() * 1e3).collect();
@@ -344,7 +345,7 @@ fn run_memory(
     session: &Session,
     forward: &rustral::ir::Graph,
     binding: &std::collections::BTreeMap<String, usize>,
-    check: bool,
+    (check, check_kernels): (bool, bool),
     param_bytes: u64,
     feeds: &run::Feeds,
     budget: Option<&memory::Budget>,
@@ -361,11 +362,30 @@ fn run_memory(
     let inputs: u64 = feeds.iter().map(|(_, t)| t.data.len() as u64 * memory::held(t.dtype)).sum();
     let reference =
         if check { bytes(forward, Some(8)).into_iter().try_fold(0u64, |s, b| s.checked_add(b?)) } else { Some(0) };
-    let need = [largest.map(|l| l.max(planned.unwrap_or(0))), reference, Some(inputs), Some(param_bytes)]
+    // --check-kernels keeps every fused kernel's result and operands (on the host and the
+    // target) and evaluates the largest contract's primitives in f64.
+    let kernels = if check_kernels {
+        let g = session.graph();
+        let held = |id| g.node(id).and_then(|n| memory::tensor_bytes(&n.ty.shape, binding, memory::held(n.ty.dtype)));
+        let kept = session
+            .contracts()
+            .keys()
+            .flat_map(|&id| std::iter::once(id).chain(g.operands(id)))
+            .try_fold(0u64, |s, id| s.checked_add(held(id)?));
+        let widest = session.contracts().values().try_fold(0u64, |m, c| {
+            Some(m.max(bytes(&c.replaced, Some(8)).into_iter().try_fold(0u64, |s, b| s.checked_add(b?))?))
+        });
+        kept.zip(widest).and_then(|(k, w)| k.checked_add(w))
+    } else {
+        Some(0)
+    };
+    let need = [largest.map(|l| l.max(planned.unwrap_or(0))), reference, kernels, Some(inputs), Some(param_bytes)]
         .into_iter()
         .try_fold(0u64, |s, b| s.checked_add(b?));
     let dims: Vec<String> = binding.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let what = format!("running with {}", if dims.is_empty() { "these inputs".to_string() } else { dims.join(", ") });
+    let with = if dims.is_empty() { "these inputs".to_string() } else { dims.join(", ") };
+    let checking = if check_kernels { " and checking every fused kernel" } else { "" };
+    let what = format!("running with {with}{checking}");
     memory::Budget::check(budget, &what, need)
 }
 
