@@ -21,4 +21,4 @@ pub use error::{Error, Result};
 pub use init::{Init, ParamSpec};
 pub use params::{ParamStore, ParamValue};
 pub use rustral_ir::{DType, Dim, QuantFormat};
-pub use tensor::Tensor;
+pub use tensor::{Tensor, Window};

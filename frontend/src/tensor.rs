@@ -376,6 +376,53 @@ impl Tensor {
         self.record(Op::CachedAttention { scale: rustral_ir::F64(scale) }, &[k, v, position])
     }
 
+    /// 2-D convolution of `self: [n, c, h, w]` with `w: [o, c / groups, kh, kw]` and an
+    /// optional `bias: [o]` (`Op::Conv2d`; [`Window`] gives stride, padding and dilation).
+    #[track_caller]
+    pub fn conv2d(&self, w: &Tensor, bias: Option<&Tensor>, window: Window, groups: usize) -> Result<Tensor> {
+        let op = Op::Conv2d {
+            stride: window.stride.to_vec(),
+            padding: window.padding.to_vec(),
+            dilation: window.dilation.to_vec(),
+            groups,
+        };
+        match bias {
+            Some(b) => self.record(op, &[w, b]),
+            None => self.record(op, &[w]),
+        }
+    }
+
+    /// The largest element of each `kernel` window of `self: [n, c, h, w]` (`Op::MaxPool2d`;
+    /// the window's dilation must be 1).
+    #[track_caller]
+    pub fn max_pool2d(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        let (stride, padding) = (window.stride.to_vec(), window.padding.to_vec());
+        self.record(Op::MaxPool2d { kernel: kernel.to_vec(), stride, padding }, &[])
+    }
+
+    /// The mean of each `kernel` window, zero padding counted (`Op::AvgPool2d`).
+    #[track_caller]
+    pub fn avg_pool2d(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        let (stride, padding) = (window.stride.to_vec(), window.padding.to_vec());
+        self.record(Op::AvgPool2d { kernel: kernel.to_vec(), stride, padding }, &[])
+    }
+
+    /// The windows of `self: [n, c, h, w]` as columns `[n, c * kh * kw, blocks]` (im2col,
+    /// `Op::Unfold`).
+    #[track_caller]
+    pub fn unfold(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        let (stride, padding, dilation) = (window.stride.to_vec(), window.padding.to_vec(), window.dilation.to_vec());
+        self.record(Op::Unfold { kernel: kernel.to_vec(), stride, padding, dilation }, &[])
+    }
+
+    /// Columns `[n, c * kh * kw, blocks]` summed back into `[n, c, size[0], size[1]]` (col2im,
+    /// `Op::Fold`, the adjoint of [`Tensor::unfold`]).
+    #[track_caller]
+    pub fn fold(&self, size: [usize; 2], kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        let (stride, padding, dilation) = (window.stride.to_vec(), window.padding.to_vec(), window.dilation.to_vec());
+        self.record(Op::Fold { size: size.to_vec(), kernel: kernel.to_vec(), stride, padding, dilation }, &[])
+    }
+
     /// Softmax along `axis`, traced as primitives: `exp(x - max) / sum(exp(x - max))`.
     #[track_caller]
     pub fn softmax(&self, axis: isize) -> Result<Tensor> {
@@ -415,5 +462,41 @@ impl std::ops::Neg for &Tensor {
     #[track_caller]
     fn neg(self) -> Result<Tensor> {
         Tensor::neg(self)
+    }
+}
+
+/// Where sliding windows step over the spatial axes (height, width): stride, zero padding on
+/// both sides, and the step between taps. `Window::default()` is stride 1, no padding,
+/// dilation 1.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Step between windows.
+    pub stride: [usize; 2],
+    /// Padding on both sides.
+    pub padding: [usize; 2],
+    /// Step between the taps of a window.
+    pub dilation: [usize; 2],
+}
+
+impl Default for Window {
+    fn default() -> Window {
+        Window { stride: [1, 1], padding: [0, 0], dilation: [1, 1] }
+    }
+}
+
+impl Window {
+    /// The same stride along both axes.
+    pub fn stride(self, s: usize) -> Window {
+        Window { stride: [s, s], ..self }
+    }
+
+    /// The same padding along both axes.
+    pub fn padding(self, p: usize) -> Window {
+        Window { padding: [p, p], ..self }
+    }
+
+    /// The same dilation along both axes.
+    pub fn dilation(self, d: usize) -> Window {
+        Window { dilation: [d, d], ..self }
     }
 }

@@ -40,7 +40,7 @@ pub use loc::{SourceLoc, loc_summary};
 pub use model_explorer::to_model_explorer;
 pub use op::{
     Activation, AttrVisitor, AttrWriter, BinaryOp, Choice, ElementwiseExpr, ExprNode, GeluApprox,
-    INTEGER_DIVISION_BY_ZERO, KernelFamily, Literal, Op, OpClass, OpDecl, Real, ReduceOp, UnaryOp,
+    INTEGER_DIVISION_BY_ZERO, KernelFamily, Literal, Op, OpClass, OpDecl, Real, ReduceOp, UnaryOp, Window2d,
 };
 pub use parse::{MAX_NESTING, parse};
 pub use quant::{QuantError, QuantFormat, f16_at, k_scale_min};

@@ -20,6 +20,7 @@
 mod attr;
 mod elementwise;
 mod scalar;
+mod window;
 
 use crate::dtype::DType;
 use crate::float::F64;
@@ -30,6 +31,7 @@ pub use attr::{AttrVisitor, AttrWriter, Choice};
 pub use elementwise::{Activation, BinaryOp, GeluApprox, ReduceOp, UnaryOp};
 pub use scalar::{INTEGER_DIVISION_BY_ZERO, Real};
 use serde::{Deserialize, Serialize};
+pub use window::Window2d;
 
 /// The data of a constant, in row-major order, stored as f64 (integers up to 2^53 are exact).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -131,6 +133,85 @@ pub enum Op {
         axes: Vec<usize>,
         /// Keep reduced axes as size-1 dims.
         keepdim: bool,
+    },
+    /// 2-D convolution (cross-correlation, as in PyTorch) of `x[n, c, h, w]` with
+    /// `w[o, c / groups, kh, kw]` and an optional `bias[o]`:
+    /// `out[n, f, y, x] = bias[f] + sum_{k, i, j} x[n, g * c/groups + k, y * stride[0] -
+    /// padding[0] + i * dilation[0], x * stride[1] - padding[1] + j * dilation[1]] * w[f, k, i, j]`
+    /// with `g = f / (o / groups)` the output channel's group; reads outside the input are zero.
+    /// `groups = c` is a depthwise convolution. Channels, height and width are static.
+    Conv2d {
+        /// Step between windows (height, width).
+        stride: Vec<usize>,
+        /// Zero padding on both sides (height, width).
+        padding: Vec<usize>,
+        /// Step between the taps of a window (height, width).
+        dilation: Vec<usize>,
+        /// Channel groups; both channel counts are multiples of it.
+        groups: usize,
+    },
+    /// `act(conv2d(x, w, bias))`: a convolution (as `Conv2d`) with its activation applied
+    /// while the output is hot. Operands `x, w[, bias]`; what `fuse-conv-epilogue` builds.
+    Conv2dEpilogue {
+        /// Step between windows (height, width).
+        stride: Vec<usize>,
+        /// Zero padding on both sides (height, width).
+        padding: Vec<usize>,
+        /// Step between the taps of a window (height, width).
+        dilation: Vec<usize>,
+        /// Channel groups.
+        groups: usize,
+        /// Applied after the bias.
+        activation: Activation,
+    },
+    /// The largest element of each `kernel` window of `x[n, c, h, w]` (windows as for
+    /// `conv2d` with dilation 1). Padding is never chosen (it is minus infinity); padding is at
+    /// most half the kernel, so every window holds an element. NaN wins, as in PyTorch.
+    MaxPool2d {
+        /// Window size (height, width).
+        kernel: Vec<usize>,
+        /// Step between windows.
+        stride: Vec<usize>,
+        /// Padding on both sides, at most half the kernel.
+        padding: Vec<usize>,
+    },
+    /// The mean of each `kernel` window of `x[n, c, h, w]`, padding counted as zeros in a
+    /// divisor of `kernel[0] * kernel[1]` (PyTorch's `count_include_pad=True`).
+    AvgPool2d {
+        /// Window size (height, width).
+        kernel: Vec<usize>,
+        /// Step between windows.
+        stride: Vec<usize>,
+        /// Zero padding on both sides, at most half the kernel.
+        padding: Vec<usize>,
+    },
+    /// The windows of `x[n, c, h, w]` as columns (im2col, PyTorch's `nn.functional.unfold`):
+    /// `out[n, (k * kh + i) * kw + j, y * ow + x]` is the element tap `(i, j)` of window
+    /// `(y, x)` reads in channel `k` (zero in the padding), shape `[n, c * kh * kw, oh * ow]`.
+    Unfold {
+        /// Window size (height, width).
+        kernel: Vec<usize>,
+        /// Step between windows.
+        stride: Vec<usize>,
+        /// Zero padding on both sides.
+        padding: Vec<usize>,
+        /// Step between taps.
+        dilation: Vec<usize>,
+    },
+    /// The adjoint of `unfold` (col2im, PyTorch's `nn.functional.fold`): each element of
+    /// `x[n, c * kh * kw, oh * ow]` is added into the position of `[n, c, size[0], size[1]]`
+    /// that `unfold` with the same window would have read it from; padding positions drop.
+    Fold {
+        /// Output height and width.
+        size: Vec<usize>,
+        /// Window size (height, width).
+        kernel: Vec<usize>,
+        /// Step between windows.
+        stride: Vec<usize>,
+        /// Padding on both sides.
+        padding: Vec<usize>,
+        /// Step between taps.
+        dilation: Vec<usize>,
     },
     /// `a[..., m, k] @ b[..., k, n] -> [..., m, n]`; both ranks >= 2, batch dims broadcast.
     #[serde(rename = "matmul")]
@@ -301,6 +382,9 @@ pub enum KernelFamily {
     Attention,
     /// Moves elements without arithmetic: reshape, permute, broadcast, slice, concat, gather.
     Layout,
+    /// Sliding windows over the spatial axes of NCHW tensors: convolution, pooling, and the
+    /// im2col/col2im pair (`unfold`, `fold`) the gradients use.
+    Window,
 }
 
 /// What an op's declaration row says about it.
@@ -320,10 +404,28 @@ const fn decl(name: &'static str, lo: usize, hi: usize, class: OpClass, family: 
     OpDecl { name, arity: (lo, hi), class, family }
 }
 
+/// A sliding window's attributes in their one order: kernel, stride, padding, dilation.
+fn window_attrs(
+    v: &mut impl AttrVisitor,
+    kernel: Option<&mut Vec<usize>>,
+    stride: &mut Vec<usize>,
+    padding: &mut Vec<usize>,
+    dilation: Option<&mut Vec<usize>>,
+) {
+    if let Some(k) = kernel {
+        v.ints("kernel", k);
+    }
+    v.ints("stride", stride);
+    v.ints("padding", padding);
+    if let Some(d) = dilation {
+        v.ints("dilation", d);
+    }
+}
+
 impl Op {
     /// The op's declaration row: name, operand counts, class and kernel family.
     pub fn decl(&self) -> OpDecl {
-        use KernelFamily::{Attention, Layout, MatMul, Pointwise, Rows, Source};
+        use KernelFamily::{Attention, Layout, MatMul, Pointwise, Rows, Source, Window};
         use OpClass::{Fused, Primitive, Source as Src};
         const ANY: usize = usize::MAX;
         match self {
@@ -338,6 +440,12 @@ impl Op {
             Op::Cast { .. } => decl("cast", 1, 1, Primitive, Pointwise),
             Op::Reduce { op, .. } => decl(op.name(), 1, 1, Primitive, Rows),
             Op::MatMul => decl("matmul", 2, 2, Primitive, MatMul),
+            Op::Conv2d { .. } => decl("conv2d", 2, 3, Primitive, Window),
+            Op::Conv2dEpilogue { .. } => decl("conv2d_epilogue", 2, 3, Fused, Window),
+            Op::MaxPool2d { .. } => decl("max_pool2d", 1, 1, Primitive, Window),
+            Op::AvgPool2d { .. } => decl("avg_pool2d", 1, 1, Primitive, Window),
+            Op::Unfold { .. } => decl("unfold", 1, 1, Primitive, Window),
+            Op::Fold { .. } => decl("fold", 1, 1, Primitive, Window),
             Op::Dequantize { .. } => decl("dequantize", 1, 1, Primitive, Pointwise),
             Op::QuantMatMul { .. } => decl("quant_matmul", 2, 2, Primitive, MatMul),
             Op::Reshape { .. } => decl("reshape", 1, 1, Primitive, Layout),
@@ -385,6 +493,25 @@ impl Op {
             }
             Op::Reshape { shape } | Op::BroadcastTo { shape } => v.shape("shape", shape),
             Op::Permute { perm } => v.ints("perm", perm),
+            Op::Conv2d { stride, padding, dilation, groups } => {
+                window_attrs(v, None, stride, padding, Some(dilation));
+                v.int("groups", groups);
+            }
+            Op::Conv2dEpilogue { stride, padding, dilation, groups, activation } => {
+                window_attrs(v, None, stride, padding, Some(dilation));
+                v.int("groups", groups);
+                attr::choice(v, "activation", activation);
+            }
+            Op::MaxPool2d { kernel, stride, padding } | Op::AvgPool2d { kernel, stride, padding } => {
+                window_attrs(v, Some(kernel), stride, padding, None)
+            }
+            Op::Unfold { kernel, stride, padding, dilation } => {
+                window_attrs(v, Some(kernel), stride, padding, Some(dilation))
+            }
+            Op::Fold { size, kernel, stride, padding, dilation } => {
+                v.ints("size", size);
+                window_attrs(v, Some(kernel), stride, padding, Some(dilation));
+            }
             Op::Slice { axis, start, end } => {
                 v.axis("axis", axis);
                 v.int("start", start);
@@ -420,6 +547,17 @@ impl Op {
             Op::Cast { to } => Ok(TensorType { dtype: *to, shape: args[0].shape.clone() }),
             Op::Reduce { op, axes, keepdim } => rule::reduce(*op, axes, *keepdim, args[0]),
             Op::MatMul => rule::matmul(args[0], args[1]),
+            Op::Conv2d { groups, .. } => window::conv2d(self, *groups, args),
+            Op::Conv2dEpilogue { groups, activation, .. } => {
+                let t = window::conv2d(self, *groups, args)?;
+                if *activation != Activation::None {
+                    rule::float_map(activation.name(), &t)?;
+                }
+                Ok(t)
+            }
+            Op::MaxPool2d { .. } | Op::AvgPool2d { .. } => window::pool2d(self, args[0]),
+            Op::Unfold { .. } => window::unfold(self, args[0]),
+            Op::Fold { .. } => window::fold(self, args[0]),
             Op::Dequantize { format } => rule::dequantize(args[0], *format),
             Op::QuantMatMul { format } => rule::quant_matmul(args[0], args[1], *format),
             Op::Reshape { shape } => rule::reshape(args[0], shape),
@@ -477,6 +615,24 @@ impl Op {
             Op::FusedElementwise { body: ElementwiseExpr::default() },
             Op::Dequantize { format: QuantFormat::Q8_0 },
             Op::QuantMatMul { format: QuantFormat::Q8_0 },
+            Op::Conv2d { stride: vec![1, 1], padding: vec![0, 0], dilation: vec![1, 1], groups: 1 },
+            Op::MaxPool2d { kernel: vec![1, 1], stride: vec![1, 1], padding: vec![0, 0] },
+            Op::AvgPool2d { kernel: vec![1, 1], stride: vec![1, 1], padding: vec![0, 0] },
+            Op::Unfold { kernel: vec![1, 1], stride: vec![1, 1], padding: vec![0, 0], dilation: vec![1, 1] },
+            Op::Fold {
+                size: vec![1, 1],
+                kernel: vec![1, 1],
+                stride: vec![1, 1],
+                padding: vec![0, 0],
+                dilation: vec![1, 1],
+            },
+            Op::Conv2dEpilogue {
+                stride: vec![1, 1],
+                padding: vec![0, 0],
+                dilation: vec![1, 1],
+                groups: 1,
+                activation: Activation::None,
+            },
         ]);
         k
     }
@@ -589,6 +745,12 @@ mod tests {
             Op::MatMulEpilogue { .. } => 25,
             Op::CrossEntropy => 26,
             Op::FusedElementwise { .. } => 27,
+            Op::Conv2d { .. } => 30,
+            Op::MaxPool2d { .. } => 31,
+            Op::AvgPool2d { .. } => 32,
+            Op::Unfold { .. } => 33,
+            Op::Fold { .. } => 34,
+            Op::Conv2dEpilogue { .. } => 35,
         }
     }
 
@@ -597,13 +759,13 @@ mod tests {
         let kinds = Op::kinds();
         let mut seen: Vec<usize> = kinds.iter().map(variant).collect();
         seen.dedup();
-        assert_eq!(seen, (0..=29).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
+        assert_eq!(seen, (0..=35).collect::<Vec<_>>(), "Op::kinds() must list every variant, in order");
         let mut names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
         let n = names.len();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), n, "op names must be unique");
-        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 20);
+        assert_eq!(n, 5 + UnaryOp::ALL.len() + BinaryOp::ALL.len() + 2 + ReduceOp::ALL.len() + 26);
     }
 
     #[test]
@@ -619,7 +781,8 @@ mod tests {
                 "attention",
                 "matmul_epilogue",
                 "cross_entropy",
-                "fused_elementwise"
+                "fused_elementwise",
+                "conv2d_epilogue"
             ]
         );
     }
@@ -652,6 +815,15 @@ mod tests {
             Op::QuantMatMul { format: QuantFormat::Q4_1 },
             Op::MatMulEpilogue { activation: Activation::Silu },
             Op::RandomUniform { seed: 4_000_000_000 },
+            Op::Conv2d { stride: vec![2, 1], padding: vec![3, 0], dilation: vec![1, 2], groups: 4 },
+            Op::MaxPool2d { kernel: vec![3, 3], stride: vec![2, 2], padding: vec![1, 1] },
+            Op::Fold {
+                size: vec![8, 9],
+                kernel: vec![3, 2],
+                stride: vec![1, 1],
+                padding: vec![1, 0],
+                dilation: vec![1, 1],
+            },
         ];
         for op in samples.into_iter().chain(Op::kinds().into_iter().filter(|k| k.attr_text().is_empty())) {
             assert_eq!(Op::from_symbol(&op.symbol(3), 3), Some(op.clone()), "{}", op.symbol(3));

@@ -219,6 +219,46 @@ fn fused_matmul_epilogues() {
     one(Op::MatMulEpilogue { activation: Activation::Relu }, &[&[3, 4], &[4, 2]], false, "epilogue without bias");
 }
 
+/// Convolution (strided, padded, dilated, grouped, with and without bias), its fused
+/// epilogue, the poolings and the im2col pair.
+#[test]
+fn sliding_window_ops() {
+    let conv = |stride: [usize; 2], padding: [usize; 2], dilation: [usize; 2], groups| Op::Conv2d {
+        stride: stride.to_vec(),
+        padding: padding.to_vec(),
+        dilation: dilation.to_vec(),
+        groups,
+    };
+    one(conv([1, 1], [1, 1], [1, 1], 1), &[&[2, 3, 5, 4], &[4, 3, 3, 3], &[4]], false, "conv2d");
+    one(conv([2, 1], [1, 0], [1, 2], 2), &[&[1, 4, 7, 6], &[6, 2, 3, 2]], false, "conv2d strided dilated grouped");
+    one(conv([2, 2], [1, 1], [1, 1], 3), &[&[1, 3, 5, 5], &[3, 1, 3, 3]], false, "depthwise conv2d");
+    let epilogue = Op::Conv2dEpilogue {
+        stride: vec![1, 1],
+        padding: vec![1, 1],
+        dilation: vec![1, 1],
+        groups: 1,
+        activation: Activation::Tanh,
+    };
+    one(epilogue, &[&[1, 2, 4, 4], &[3, 2, 3, 3], &[3]], false, "conv2d_epilogue tanh");
+    let pool = |max: bool, k: [usize; 2], s: [usize; 2], p: [usize; 2]| {
+        let (kernel, stride, padding) = (k.to_vec(), s.to_vec(), p.to_vec());
+        if max { Op::MaxPool2d { kernel, stride, padding } } else { Op::AvgPool2d { kernel, stride, padding } }
+    };
+    one(pool(true, [3, 3], [2, 2], [1, 1]), &[&[2, 2, 6, 5]], false, "max_pool2d");
+    one(pool(true, [2, 2], [1, 1], [0, 0]), &[&[1, 2, 4, 4]], false, "overlapping max_pool2d");
+    one(pool(false, [3, 2], [2, 1], [1, 1]), &[&[2, 2, 5, 4]], false, "avg_pool2d");
+    let window = (vec![2, 3], vec![1, 2], vec![1, 0], vec![2, 1]);
+    let unfold = Op::Unfold {
+        kernel: window.0.clone(),
+        stride: window.1.clone(),
+        padding: window.2.clone(),
+        dilation: window.3.clone(),
+    };
+    one(unfold, &[&[2, 2, 6, 5]], false, "unfold");
+    let fold = Op::Fold { size: vec![6, 5], kernel: window.0, stride: window.1, padding: window.2, dilation: window.3 };
+    one(fold, &[&[2, 12, 12]], false, "fold");
+}
+
 #[test]
 fn fused_attention() {
     let q: &[usize] = &[2, 2, 3, 4];

@@ -5,6 +5,7 @@
 mod activation;
 mod attention;
 mod block;
+mod conv;
 mod dropout;
 mod ffn;
 mod linear;
@@ -14,6 +15,7 @@ mod norm;
 pub use activation::{Activation, gelu, silu};
 pub use attention::{MultiHeadAttention, QkvProjection, Rope, padding_mask};
 pub use block::{BertLayer, Gpt2Block, LlamaBlock};
+pub use conv::{BatchNorm2d, Conv2d, MaxPool2d, global_avg_pool, image_dims};
 pub use dropout::Dropout;
 pub use ffn::{Mlp, SwiGlu};
 pub use linear::{Embedding, Linear, WeightLayout};

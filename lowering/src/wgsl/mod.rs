@@ -28,6 +28,7 @@ mod pointwise;
 mod quant;
 mod rows;
 mod validate;
+mod window;
 
 use crate::plan::MemoryPlan;
 use crate::program::{Buffer, BufferKind, Kernel, Program};
@@ -451,6 +452,12 @@ fn generate(
         Op::UpdateSlice { axis } => Ok(pointwise::update_slice(ctx, head, *axis, operands, out)),
         Op::Dequantize { format } => quant::dequantize(ctx, head, *format, operands, out),
         Op::QuantMatMul { format } => quant::quant_matmul(ctx, head, *format, operands, out),
+        Op::Conv2d { .. }
+        | Op::Conv2dEpilogue { .. }
+        | Op::MaxPool2d { .. }
+        | Op::AvgPool2d { .. }
+        | Op::Unfold { .. }
+        | Op::Fold { .. } => window::window(ctx, head, op, operands, out),
         // One invocation per output element: elementwise ops, layout ops, and the sources made
         // on the device (inputs, parameters and dense constants are bound, and say so there).
         Op::Unary(_)

@@ -124,20 +124,17 @@ fn expand(b: &mut Builder, op: &Op, xs: &[NodeId], out_shape: &Shape) -> R<Optio
             let s = b.un(UnaryOp::Sigmoid, xs[0])?;
             b.mul(xs[0], s)?
         }
+        Op::Conv2dEpilogue { activation, .. } => {
+            let Some(conv) = op.conv2d_part() else { return Ok(None) };
+            let z = b.op(conv, xs)?;
+            activate(b, *activation, z)?
+        }
         Op::MatMulEpilogue { activation } => {
             let mut z = b.op(Op::MatMul, &xs[..2])?;
             if let Some(&bias) = xs.get(2) {
                 z = b.bin(BinaryOp::Add, z, bias)?;
             }
-            match activation {
-                Activation::None => z,
-                Activation::Relu => b.un(UnaryOp::Relu, z)?,
-                Activation::GeluErf => b.op(Op::Gelu { approx: GeluApprox::Erf }, &[z])?,
-                Activation::GeluTanh => b.op(Op::Gelu { approx: GeluApprox::Tanh }, &[z])?,
-                Activation::Silu => b.op(Op::Silu, &[z])?,
-                Activation::Tanh => b.un(UnaryOp::Tanh, z)?,
-                Activation::Sigmoid => b.un(UnaryOp::Sigmoid, z)?,
-            }
+            activate(b, *activation, z)?
         }
         Op::Attention { scale, causal } => {
             let kt = b.transpose(xs[1])?;
@@ -211,4 +208,17 @@ fn gelu(b: &mut Builder, approx: GeluApprox, x: NodeId) -> R<NodeId> {
     let t = b.bin(BinaryOp::Add, one, inner)?;
     let h = b.scale(x, 0.5)?;
     b.mul(h, t)
+}
+
+/// `act(z)` as the primitive (or fused activation) op it names.
+fn activate(b: &mut Builder, act: Activation, z: NodeId) -> R<NodeId> {
+    Ok(match act {
+        Activation::None => z,
+        Activation::Relu => b.un(UnaryOp::Relu, z)?,
+        Activation::GeluErf => b.op(Op::Gelu { approx: GeluApprox::Erf }, &[z])?,
+        Activation::GeluTanh => b.op(Op::Gelu { approx: GeluApprox::Tanh }, &[z])?,
+        Activation::Silu => b.op(Op::Silu, &[z])?,
+        Activation::Tanh => b.un(UnaryOp::Tanh, z)?,
+        Activation::Sigmoid => b.un(UnaryOp::Sigmoid, z)?,
+    })
 }

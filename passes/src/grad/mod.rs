@@ -12,6 +12,7 @@
 mod build;
 mod expand;
 mod rules;
+mod window;
 
 use build::Builder;
 use rustral_ir::{Graph, IrError, NodeId};

@@ -68,6 +68,9 @@ pub(crate) fn vjp(
                 out
             }
             Op::Gather { axis } => vec![Some(gather(b, *axis, xs[0], xs[1], dy)?), None],
+            Op::Conv2d { .. } | Op::MaxPool2d { .. } | Op::AvgPool2d { .. } | Op::Unfold { .. } | Op::Fold { .. } => {
+                super::window::vjp(b, op, xs, dy, wanted)?
+            }
             _ => return Ok(None),
         }))
     })();

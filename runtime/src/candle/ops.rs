@@ -30,6 +30,21 @@ pub fn lowering(op: &Op, operands: usize) -> Lowering {
         | Op::MatMulEpilogue { .. }
         | Op::FusedElementwise { .. }
         | Op::CrossEntropy => Lowering::Decomposed,
+        // candle's conv2d and poolings where the window is the same along both axes (padding
+        // for the poolings added by concatenation); the im2col pair runs on the host.
+        Op::Conv2d { stride, padding, dilation, .. } if square(&[stride, padding, dilation]) => Lowering::Native,
+        Op::Conv2dEpilogue { stride, padding, dilation, .. } if square(&[stride, padding, dilation]) => {
+            Lowering::Decomposed
+        }
+        Op::MaxPool2d { kernel, stride, .. } | Op::AvgPool2d { kernel, stride, .. } if square(&[kernel, stride]) => {
+            Lowering::Native
+        }
+        Op::Conv2d { .. }
+        | Op::Conv2dEpilogue { .. }
+        | Op::MaxPool2d { .. }
+        | Op::AvgPool2d { .. }
+        | Op::Unfold { .. }
+        | Op::Fold { .. } => Lowering::Host,
         // `Tensor::slice_set`: in place where the executor owns the target.
         Op::UpdateSlice { .. } => Lowering::Native,
         // candle-core's quantized tensors (`QMatMul`, `QTensor::dequantize`).
@@ -137,6 +152,17 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
         },
         // The executor writes it (`Backend::update_slice`).
         Op::UpdateSlice { .. } => return Ok(None),
+        Op::Conv2d { .. }
+        | Op::Conv2dEpilogue { .. }
+        | Op::MaxPool2d { .. }
+        | Op::AvgPool2d { .. }
+        | Op::Unfold { .. }
+        | Op::Fold { .. } => {
+            if !float || lowering(op, args.len()) == Lowering::Host {
+                return Ok(None);
+            }
+            window(op, args, dev)?
+        }
         Op::Dequantize { format } => quantized(*format, args[0], dev)?.dequantize(dev)?.reshape(out)?,
         Op::QuantMatMul { format } => {
             candle_core::Module::forward(&qmatmul(*format, args[1], dev)?, &args[0].contiguous()?)?
@@ -168,6 +194,49 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
     };
     let t = if t.dtype() == candle_dtype(dtype) { t } else { t.to_dtype(candle_dtype(dtype))? };
     Ok(Some(t))
+}
+
+/// Whether each pair of window attributes has one value for both axes (candle's conv2d and
+/// poolings take one).
+fn square(lists: &[&Vec<usize>]) -> bool {
+    lists.iter().all(|v| v.len() == 2 && v[0] == v[1])
+}
+
+/// `conv2d` and the poolings by candle's kernels (only called when [`square`] holds).
+fn window(op: &Op, args: &[&Tensor], dev: &Device) -> R<Tensor> {
+    let x = args[0].contiguous()?;
+    Ok(match op {
+        Op::Conv2d { stride, padding, dilation, groups } => {
+            let y = x.conv2d(&args[1].contiguous()?, padding[0], stride[0], dilation[0], *groups)?;
+            match args.get(2) {
+                Some(bias) => y.broadcast_add(&bias.reshape((1, (), 1, 1))?)?,
+                None => y,
+            }
+        }
+        Op::Conv2dEpilogue { activation, .. } => {
+            let Some(conv) = op.conv2d_part() else { candle_core::bail!("an epilogue without a convolution") };
+            activate(*activation, &window(&conv, args, dev)?)?
+        }
+        Op::MaxPool2d { kernel, stride, padding } => {
+            // Padding is never chosen: minus infinity around the input.
+            let mut x = x;
+            for (axis, p) in [(2, padding[0]), (3, padding[1])] {
+                if p > 0 {
+                    let mut dims = x.dims().to_vec();
+                    dims[axis] = p;
+                    let edge = Tensor::full(f32::NEG_INFINITY, dims, dev)?.to_dtype(x.dtype())?;
+                    x = Tensor::cat(&[&edge, &x, &edge], axis)?;
+                }
+            }
+            x.max_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
+        }
+        Op::AvgPool2d { kernel, stride, padding } => {
+            // Zero padding counted in the mean (`count_include_pad`).
+            let x = x.pad_with_zeros(2, padding[0], padding[0])?.pad_with_zeros(3, padding[1], padding[1])?;
+            x.avg_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
+        }
+        other => candle_core::bail!("{} does not run on candle", other.name()),
+    })
 }
 
 /// candle's quantized matrix of a `u8` weight of `format`'s blocks (`[n, row_bytes]`).

@@ -48,6 +48,17 @@ pub(crate) fn eval_op(op: &Op, args: &[&HostTensor], dtype: DType, out_shape: &[
         Op::Cast { to } => a(0).mapv(|x| to.cast(x)),
         Op::Reduce { op: r, axes, keepdim } => reduce(a(0), *r, axes, *keepdim),
         Op::MatMul => matmul(a(0), a(1))?,
+        Op::Conv2d { .. } | Op::MaxPool2d { .. } | Op::AvgPool2d { .. } | Op::Unfold { .. } | Op::Fold { .. } => {
+            let data: Vec<&ArrayD<f64>> = args.iter().map(|t| &t.data).collect();
+            super::window::eval(op, &data, out_shape)?
+        }
+        Op::Conv2dEpilogue { activation, .. } => {
+            let conv = op.conv2d_part().ok_or("an epilogue has a convolution")?;
+            let data: Vec<&ArrayD<f64>> = args.iter().map(|t| &t.data).collect();
+            let mut out = super::window::eval(&conv, &data, out_shape)?;
+            out.mapv_inplace(|x| round_to(dtype, x));
+            out.mapv(|x| activate(*activation, x))
+        }
         Op::Dequantize { format } => dequantize(a(0), *format, out_shape)?,
         Op::QuantMatMul { format } => {
             let (n, row) = (a(1).shape()[0], a(1).shape()[1]);

@@ -6,6 +6,7 @@
 //! any batch size or sequence length.
 
 mod kernels;
+mod window;
 
 pub(crate) use kernels::{pcg, scalar_index, stream_key};
 

@@ -20,6 +20,11 @@ simd::multiversion! {
     }
 }
 
+/// Apply `act` to output values (a convolution's epilogue uses the matmul's).
+pub(super) fn apply_epilogue(values: &mut [f32], act: Activation) {
+    epilogue(values, act);
+}
+
 /// Output rows per parallel task of a single product's epilogue.
 const EPILOGUE_ROWS: usize = 16;
 

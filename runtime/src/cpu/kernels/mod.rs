@@ -15,6 +15,7 @@ mod matmul;
 mod pointwise;
 mod quant;
 mod rows;
+mod window;
 
 use attention::*;
 use layout::*;
@@ -125,6 +126,15 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
             Some(rows(out, &[x], |r, i| r[0].at(i)))
         }
         Op::Permute { perm } => Some(permute(f(0)?, perm, out)),
+        Op::Conv2d { .. }
+        | Op::Conv2dEpilogue { .. }
+        | Op::MaxPool2d { .. }
+        | Op::AvgPool2d { .. }
+        | Op::Unfold { .. }
+        | Op::Fold { .. } => {
+            let operands: Option<Vec<(&[f32], &[usize])>> = (0..args.len()).map(f).collect();
+            window::window(op, &operands?, out)
+        }
         // No f32 kernel for these forms (sources are bound, not run; comparisons give bool;
         // other casts, axes and gathers): the executor runs the reference and reports it.
         Op::Input { .. }
