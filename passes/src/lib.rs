@@ -6,6 +6,7 @@
 
 mod cleanup;
 pub mod contract;
+mod conv;
 mod elementwise;
 pub mod fuse;
 mod fusion_report;
@@ -16,6 +17,7 @@ mod stats;
 
 pub use cleanup::{CanonicalizeLayout, Cse, Dce, FoldConstants, Simplify};
 pub use contract::{Contract, RuleRef};
+pub use conv::{FoldBatchNorm, FuseConvEpilogue};
 pub use elementwise::{FuseElementwise, MAX_GROUP_OPS, MAX_OPERANDS};
 pub use fusion_report::explain_fusion;
 pub use manager::{Compiled, OptLevel, Pass, PassError, PassManager};

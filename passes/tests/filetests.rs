@@ -21,7 +21,7 @@
 mod common;
 use rustral_ir::{Graph, parse_verified, print};
 use rustral_passes::fuse::{Family, Fuse};
-use rustral_passes::{Dce, FuseElementwise, Pass, PassManager};
+use rustral_passes::{Dce, FoldBatchNorm, FuseConvEpilogue, FuseElementwise, Pass, PassManager};
 use std::path::Path;
 
 struct Case {
@@ -52,8 +52,11 @@ fn read_case(path: &Path) -> Case {
 }
 
 fn pass(name: &str) -> Box<dyn Pass> {
-    if name == "fuse-elementwise" {
-        return Box::new(FuseElementwise);
+    match name {
+        "fuse-elementwise" => return Box::new(FuseElementwise),
+        "fold-batch-norm" => return Box::new(FoldBatchNorm),
+        "fuse-conv-epilogue" => return Box::new(FuseConvEpilogue),
+        _ => {}
     }
     let family = Family::ALL.into_iter().find(|f| f.pass_name() == name);
     Box::new(Fuse::new(family.unwrap_or_else(|| panic!("no fusion pass named {name}"))))
