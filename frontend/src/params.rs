@@ -39,8 +39,9 @@ impl ParamStore {
     }
 
     /// Load a safetensors file, checking it against the specs. Names in the file that match
-    /// an `ignore` pattern (exact, or a prefix ending in `*`) are skipped: checkpoints carry
-    /// buffers and heads a traced model may not use (`embeddings.position_ids`, `pooler.*`).
+    /// an `ignore` pattern (exact, a prefix ending in `*`, or a suffix after a leading `*`)
+    /// are skipped: checkpoints carry buffers and heads a traced model may not use
+    /// (`embeddings.position_ids`, `pooler.*`, `*.num_batches_tracked`).
     pub fn load_safetensors(path: &Path, specs: &[ParamSpec], ignore: &[&str]) -> Result<ParamStore> {
         let bytes = std::fs::read(path).map_err(|e| file_error(path, e))?;
         Self::from_safetensors_bytes(&bytes, specs, ignore).map_err(|e| match e {
@@ -64,7 +65,14 @@ impl ParamStore {
         }
         let mut names: Vec<String> = st.names().into_iter().map(|s| s.to_string()).collect();
         names.sort();
-        let ignored = |n: &str| ignore.iter().any(|p| p.strip_suffix('*').map_or(*p == n, |pre| n.starts_with(pre)));
+        // `prefix*` ignores names starting with the prefix, `*suffix` names ending with it.
+        let ignored = |n: &str| {
+            ignore.iter().any(|p| match (p.strip_suffix('*'), p.strip_prefix('*')) {
+                (Some(pre), _) => n.starts_with(pre),
+                (None, Some(suf)) => n.ends_with(suf),
+                (None, None) => *p == n,
+            })
+        };
         if let Some(extra) = names.iter().find(|n| !values.contains_key(*n) && !ignored(n)) {
             let message = "in the weights but not declared by the model (ignore it explicitly if expected)".to_string();
             return Err(Error::Param { name: extra.clone(), message });

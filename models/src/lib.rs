@@ -10,6 +10,8 @@ mod gpt2;
 mod llama;
 mod minilm;
 mod mlp;
+mod resnet;
+mod vit;
 
 pub use bert::{BERT_UNUSED_WEIGHTS, Bert, BertConfig};
 pub use config::ConfigError;
@@ -17,6 +19,8 @@ pub use gpt2::{Gpt2, Gpt2Config};
 pub use llama::{Llama, LlamaConfig};
 pub use minilm::{Batch, MiniLmError, find_minilm_dir, tokenize};
 pub use mlp::{MlpConfig, MlpModel};
+pub use resnet::{RESNET_UNUSED_WEIGHTS, ResNet, ResNetConfig, image_size};
+pub use vit::{Vit, VitConfig};
 
 use rustral_frontend::{DType, ForwardCtx, Result, Tensor};
 

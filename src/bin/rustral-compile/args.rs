@@ -172,6 +172,11 @@ pub enum BuiltIn {
     Gpt2,
     /// LLaMA.
     Llama,
+    /// ResNet (Hugging Face `ResNetModel`): `pixel_values` of 224x224 unless `--shape
+    /// height=H --shape width=W` or an `--input pixel_values=` file gives the size.
+    Resnet,
+    /// ViT (Hugging Face `ViTModel`): `pixel_values` of the config's image size.
+    Vit,
 }
 
 /// Target names as users type them.

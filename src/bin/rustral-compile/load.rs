@@ -7,6 +7,7 @@ use rustral::frontend::{Init, ParamSpec, ShapePolicy, TraceOptions, Traced, trac
 use rustral::ir::Graph;
 use rustral::models::{
     BERT_UNUSED_WEIGHTS, Bert, BertConfig, Gpt2, Gpt2Config, Llama, LlamaConfig, MlpConfig, MlpModel,
+    RESNET_UNUSED_WEIGHTS, ResNet, ResNetConfig, Vit, VitConfig,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -21,7 +22,13 @@ pub struct Loaded {
 }
 
 pub fn load(args: &Args) -> Result<Loaded, Fail> {
-    let pins: BTreeMap<String, usize> = args.shapes.iter().cloned().collect();
+    let mut pins: BTreeMap<String, usize> = args.shapes.iter().cloned().collect();
+    // ResNet's image size is not in its config: the model reads it from the pins, which an
+    // `--input pixel_values=` file gives when --shape does not.
+    let image_pins = args.model == Some(BuiltIn::Resnet);
+    if image_pins {
+        image_size_from_input(args, &mut pins)?;
+    }
     let mut policy = ShapePolicy::symbolic();
     for (name, size) in &pins {
         policy = policy.pin(name, *size);
@@ -32,7 +39,11 @@ pub fn load(args: &Args) -> Result<Loaded, Fail> {
             // Traced once more with every dim symbolic (milliseconds) to know which it has.
             let open = TraceOptions { seed: args.seed, ..TraceOptions::default() };
             let open = built_in(model, args.config.as_deref(), open)?;
-            known_dims(&pins, &open.traced.graph, &open.label)?;
+            let mut symbolic = pins.clone();
+            if image_pins {
+                symbolic.retain(|k, _| k != "height" && k != "width");
+            }
+            known_dims(&symbolic, &open.traced.graph, &open.label)?;
         }
         return built_in(model, args.config.as_deref(), options);
     }
@@ -141,7 +152,45 @@ fn built_in(model: BuiltIn, config: Option<&Path>, options: TraceOptions) -> Res
             });
             ("llama", traced, &[])
         }
+        BuiltIn::Resnet => {
+            let config = config.map(ResNetConfig::from_file).transpose().map_err(config_error)?;
+            let resnet = ResNet { config: config.unwrap_or_else(ResNetConfig::tiny) };
+            let traced = trace_named(options, |ctx| {
+                let pixels = resnet.input(ctx)?;
+                let (hidden, pooled) = resnet.forward(ctx, &pixels)?;
+                Ok(vec![("last_hidden_state".into(), hidden), ("pooler_output".into(), pooled)])
+            });
+            ("resnet", traced, RESNET_UNUSED_WEIGHTS)
+        }
+        BuiltIn::Vit => {
+            let config = config.map(VitConfig::from_file).transpose().map_err(config_error)?;
+            let vit = Vit { config: config.unwrap_or_else(VitConfig::tiny) };
+            let traced = trace_named(options, |ctx| {
+                let pixels = vit.input(ctx)?;
+                let (hidden, pooled) = vit.forward(ctx, &pixels)?;
+                Ok(vec![("last_hidden_state".into(), hidden), ("pooler_output".into(), pooled)])
+            });
+            ("vit", traced, &[])
+        }
     };
     let traced = traced.map_err(|e| Fail::user(format!("--model {name}: {e}")))?;
     Ok(Loaded { label: format!("--model {name}"), traced, ignore })
+}
+
+/// Pin `height` and `width` to the `--input pixel_values=` file's when --shape does not.
+fn image_size_from_input(args: &Args, pins: &mut BTreeMap<String, usize>) -> Result<(), Fail> {
+    let Some((_, path)) = args.feeds.iter().find(|(name, _)| name == "pixel_values") else { return Ok(()) };
+    let label = path.display().to_string();
+    let mut file = std::fs::File::open(path).map_err(|e| Fail::user(format!("{label}: {e}")))?;
+    let header = rustral::npy::header(&mut file).map_err(|e| Fail::user(format!("{label}: {e}")))?;
+    let [_, _, h, w] = header.shape[..] else {
+        return Err(Fail::user(format!(
+            "{label}: pixel_values must be [batch, channels, height, width], found {:?}",
+            header.shape
+        )));
+    };
+    let size = |v: u64| usize::try_from(v).map_err(|_| Fail::user(format!("{label}: an image side of {v}")));
+    pins.entry("height".into()).or_insert(size(h)?);
+    pins.entry("width".into()).or_insert(size(w)?);
+    Ok(())
 }
