@@ -165,6 +165,29 @@ fn the_digits_mlp_reaches_97_percent() {
     manifest.write(&dir.path().join("run.json")).unwrap();
 }
 
+/// The train_digits_cnn example's training (two convolutions with ReLU and max pooling, then
+/// a linear classifier): at least 98% test accuracy on the CPU target.
+#[test]
+fn the_digits_cnn_reaches_98_percent_on_cpu() {
+    let (acc, manifest) =
+        training::digits::train_net(&digits_dir(), training::digits::CNN, Target::Cpu, 15, false).unwrap();
+    println!("digits CNN test accuracy on cpu {acc:.3}");
+    assert!(acc >= 0.98, "{acc}");
+    assert!(manifest.steps.last().unwrap().loss < manifest.steps[0].loss);
+}
+
+/// The same CNN trained on the WGSL target (convolution, pooling and their gradients as WGSL
+/// kernels, parameters and optimizer state on the device): at least 98% test accuracy.
+#[test]
+fn the_digits_cnn_reaches_98_percent_on_wgsl() {
+    if !common::wgsl_available() {
+        return;
+    }
+    let (acc, _) = training::digits::train_net(&digits_dir(), training::digits::CNN, Target::Wgsl, 15, false).unwrap();
+    println!("digits CNN test accuracy on wgsl {acc:.3}");
+    assert!(acc >= 0.98, "{acc}");
+}
+
 /// The same training step on the CPU and WGSL targets: 20 steps of AdamW on an MLP give the
 /// same loss curve and parameters, the WGSL one with parameters and optimizer state kept on
 /// the device (updated there in f32, the CPU's on the host in f64). Tolerance: 1e-4 (1 + |x|)

@@ -1,6 +1,6 @@
 //! The digits example's training, shared with the test that checks it learns.
 
-use super::{accuracy, graphs, progress};
+use super::{Net, accuracy, net_graphs, progress};
 use rustral::frontend::ParamStore;
 use rustral::prelude::*;
 use rustral::train::{DatasetRecord, Optimizer, RunManifest, Schedule, Trainer};
@@ -33,13 +33,29 @@ fn batch(pixels: &[f64], labels: &[usize], rows: &[usize]) -> (HostTensor, HostT
     )
 }
 
-/// Train for `epochs` on the digits in `dir`; returns the last test accuracy and the run's
-/// manifest. With `show`, a progress bar and each epoch's test accuracy on stderr.
+/// The MLP the `train_digits` example trains.
+pub const MLP: Net<'static> = Net::Mlp(&[64, 128, 10]);
+/// The CNN the `train_digits_cnn` example trains: 16 and 32 channels, 10 classes.
+pub const CNN: Net<'static> = Net::Cnn(&[16, 32, 10]);
+
+/// Train the MLP for `epochs` on the digits in `dir` on the CPU; returns the last test
+/// accuracy and the run's manifest. With `show`, a progress bar and each epoch's test accuracy
+/// on stderr.
 pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<(f64, RunManifest), Box<dyn std::error::Error>> {
+    train_net(dir, MLP, Target::Cpu, epochs, show)
+}
+
+/// [`train`] for any network and target.
+pub fn train_net(
+    dir: &Path,
+    net: Net,
+    target: Target,
+    epochs: usize,
+    show: bool,
+) -> Result<(f64, RunManifest), Box<dyn std::error::Error>> {
     let (train_x, train_y) = read(&dir.join("train.csv"))?;
     let (test_x, test_y) = read(&dir.join("test.csv"))?;
-    let sizes = [64, 128, 10];
-    let (train, infer) = graphs(&sizes);
+    let (train, infer) = net_graphs(net);
     let options = CompileOptions { threads: 1, ..CompileOptions::default() };
     let batch_size = 64;
     let per_epoch = train_y.len().div_ceil(batch_size);
@@ -47,13 +63,21 @@ pub fn train(dir: &Path, epochs: usize, show: bool) -> Result<(f64, RunManifest)
     let schedule = Schedule::WarmupCosine { warmup: per_epoch, total, min_factor: 0.05 };
     let params = ParamStore::init(&train.params, 0);
     let optimizer = Optimizer::adamw(0.01);
-    let mut trainer = Trainer::new(&train, "loss", Target::Cpu, &options, optimizer, schedule, params)?;
-    let config = serde_json::json!({ "layers": sizes, "activation": "tanh", "epochs": epochs, "batch_size": batch_size, "seed": 0 });
+    let mut trainer = Trainer::new(&train, "loss", target.clone(), &options, optimizer, schedule, params)?;
+    let (name, config) = match net {
+        Net::Mlp(sizes) => ("train_digits", serde_json::json!({ "layers": sizes, "activation": "tanh" })),
+        Net::Cnn(widths) => ("train_digits_cnn", serde_json::json!({ "cnn_widths": widths, "activation": "relu" })),
+    };
+    let mut config = config;
+    config["epochs"] = serde_json::json!(epochs);
+    config["batch_size"] = serde_json::json!(batch_size);
+    config["seed"] = serde_json::json!(0);
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut manifest = RunManifest::new("train_digits", "cpu", "O2", config, optimizer, schedule, &root);
+    let target_name = format!("{target:?}").to_lowercase();
+    let mut manifest = RunManifest::new(name, &target_name, "O2", config, optimizer, schedule, &root);
     manifest.dataset = vec![DatasetRecord::of(&dir.join("train.csv"))?, DatasetRecord::of(&dir.join("test.csv"))?];
     let start = std::time::Instant::now();
-    let mut session = Session::compile(&infer.graph, Target::Cpu, &options)?;
+    let mut session = Session::compile(&infer.graph, target, &options)?;
     let all: Vec<usize> = (0..test_y.len()).collect();
     let (tx, _) = batch(&test_x, &test_y, &all);
     let mut order: Vec<usize> = (0..train_y.len()).collect();
