@@ -299,3 +299,69 @@ fn wgsl_checkpoints_resume_the_same_trajectory() {
         resume_matches_ten_straight_steps(Target::Wgsl, Schedule::Constant);
     }
 }
+
+/// Batch norm in training mode: the batch is normalised by its own statistics (each channel of
+/// the output has mean 0 and biased variance 1 / (1 + eps / var) with unit weight and zero
+/// bias), and after a step the running statistics are PyTorch's `0.9 * running + 0.1 *
+/// batch` with the unbiased variance, computed here by hand from the batch; the weight and bias
+/// still learn. On cpu and on wgsl. Tolerance 1e-5 (1 + |x|).
+#[test]
+fn batch_norm_trains_on_batch_statistics_and_updates_its_running_ones() {
+    use rustral::frontend::nn::{BatchNorm2d, Module};
+    use rustral::frontend::{Mode, UPDATE};
+    let (n, c, h, w) = (3usize, 2usize, 4usize, 5usize);
+    let traced = trace_named(TraceOptions { mode: Mode::Train, ..TraceOptions::default() }, |ctx| {
+        let x = ctx.input("x", &[Dim::sym("batch"), Dim::fixed(c), Dim::fixed(h), Dim::fixed(w)], DType::F32)?;
+        let y = BatchNorm2d::new("bn", c, 1e-5).forward(ctx, &x)?;
+        let loss = y.mul(&x)?.mean(&[0, 1, 2, 3], false)?;
+        Ok(vec![("loss".into(), loss), ("y".into(), y)])
+    })
+    .unwrap();
+    let outputs: Vec<&str> = traced.graph.outputs().iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(outputs, ["loss", "y", &format!("{UPDATE}bn.running_mean"), &format!("{UPDATE}bn.running_var")]);
+    let x: Vec<f64> = rustral::runtime::seeded_values(3, n * c * h * w).iter().map(|v| v * 2.0 + 0.5).collect();
+    let feed = HostTensor::new(DType::F32, &[n, c, h, w], x.clone()).unwrap();
+    // By hand: per channel, over batch, height and width.
+    let channel = |k: usize| -> Vec<f64> {
+        (0..n).flat_map(|i| x[(i * c + k) * h * w..(i * c + k + 1) * h * w].to_vec()).collect()
+    };
+    let stats = |k: usize| {
+        let v = channel(k);
+        let m = v.iter().sum::<f64>() / v.len() as f64;
+        let ss = v.iter().map(|a| (a - m) * (a - m)).sum::<f64>();
+        (m, ss / v.len() as f64, ss / (v.len() - 1) as f64)
+    };
+    let mut targets = vec![Target::Cpu];
+    if common::wgsl_available() {
+        targets.push(Target::Wgsl);
+    }
+    for target in targets {
+        let params = ParamStore::init(&traced.params, 0);
+        let opt = Optimizer::Sgd { lr: 0.1, momentum: 0.0, weight_decay: 0.0 };
+        let mut t = Trainer::new(&traced, "loss", target.clone(), &options(), opt, Schedule::Constant, params).unwrap();
+        let mut s = Session::compile(&traced.graph, target.clone(), &options()).unwrap();
+        s.bind(&ParamStore::init(&traced.params, 0)).unwrap();
+        let y = s.run(&[("x", feed.clone())]).unwrap().remove(1).1.to_vec();
+        for k in 0..c {
+            let (_, biased, _) = stats(k);
+            let ys: Vec<f64> = (0..n).flat_map(|i| y[(i * c + k) * h * w..(i * c + k + 1) * h * w].to_vec()).collect();
+            let m = ys.iter().sum::<f64>() / ys.len() as f64;
+            let var = ys.iter().map(|a| (a - m) * (a - m)).sum::<f64>() / ys.len() as f64;
+            assert!(m.abs() < 1e-5, "{target:?} channel {k}: mean {m}");
+            assert!((var - biased / (biased + 1e-5)).abs() < 1e-5, "{target:?} channel {k}: variance {var}");
+        }
+        t.step(&[("x", feed.clone())]).unwrap();
+        let p = t.params().unwrap();
+        let (mean, var) = (&p.get("bn.running_mean").unwrap().data, &p.get("bn.running_var").unwrap().data);
+        for k in 0..c {
+            let (m, _, unbiased) = stats(k);
+            let (want_mean, want_var) = (0.1 * m, 0.9 + 0.1 * unbiased);
+            assert!(
+                (mean[k] - want_mean).abs() <= 1e-5 * (1.0 + want_mean.abs()),
+                "{target:?}: {mean:?} vs {want_mean}"
+            );
+            assert!((var[k] - want_var).abs() <= 1e-5 * (1.0 + want_var), "{target:?}: {var:?} vs {want_var}");
+        }
+        assert_ne!(p.get("bn.weight").unwrap().data, vec![1.0; c], "{target:?}: the weight learns");
+    }
+}

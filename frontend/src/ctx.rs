@@ -105,6 +105,9 @@ pub const PAST: &str = "past.";
 pub const PRESENT: &str = "present.";
 /// The input holding the first new token's position.
 pub const POSITION: &str = "position";
+/// The prefix of a parameter's new value among the outputs (`update.bn1.running_mean`),
+/// written by [`ForwardCtx::update_param`] and copied into the parameter by `Trainer`.
+pub const UPDATE: &str = "update.";
 
 impl Default for TraceOptions {
     fn default() -> TraceOptions {
@@ -159,6 +162,8 @@ pub struct ForwardCtx {
     step: Option<Tensor>,
     /// The KV cache, when tracing for generation.
     kv: Option<KvCache>,
+    /// `(output name, new value)` of parameters the step writes ([`ForwardCtx::update_param`]).
+    updates: Vec<(String, Tensor)>,
 }
 
 /// The graph input holding the step number (an `i64` scalar) that random ops mix into their
@@ -235,7 +240,15 @@ impl ForwardCtx {
             profiler: None,
         };
         let kv = options.kv_cache.map(|capacity| KvCache { capacity, position: None, outputs: Vec::new() });
-        ForwardCtx { state: Rc::new(RefCell::new(state)), options, params: Vec::new(), dropouts: 0, step: None, kv }
+        ForwardCtx {
+            state: Rc::new(RefCell::new(state)),
+            options,
+            params: Vec::new(),
+            dropouts: 0,
+            step: None,
+            kv,
+            updates: Vec::new(),
+        }
     }
 
     /// Train or inference.
@@ -483,11 +496,37 @@ impl ForwardCtx {
         Ok(Some(written))
     }
 
-    /// Finish: set outputs (and a KV-cache trace's written caches after them) and verify.
+    /// Give parameter `name` (of the current scope, declared before) the value `value` after
+    /// this step: batch norm's running statistics in training mode. The value becomes the
+    /// output `update.{full name}`, which `Trainer` copies into the parameter after each step
+    /// (and does not differentiate): state a model changes is explicit in its graph.
+    #[track_caller]
+    pub fn update_param(&mut self, name: &str, value: &Tensor) -> Result<()> {
+        let path = self.path();
+        let full = if path.is_empty() { name.to_string() } else { format!("{path}.{name}") };
+        let Some(spec) = self.params.iter().find(|p| p.name == full) else {
+            let message = "not a parameter declared before its update".to_string();
+            return Err(located(Error::Param { name: full, message }));
+        };
+        let static_dims: Option<Vec<usize>> = value.dims().iter().map(Dim::as_static).collect();
+        if value.dtype() != spec.dtype || static_dims.as_deref() != Some(&spec.shape[..]) {
+            let message = format!("updated with {}, declared {} {:?}", value.ty(), spec.dtype, spec.shape);
+            return Err(located(Error::Param { name: full, message }));
+        }
+        if self.updates.iter().any(|(n, _)| n == &format!("{UPDATE}{full}")) {
+            return Err(located(Error::Param { name: full, message: "updated twice in one step".into() }));
+        }
+        self.updates.push((format!("{UPDATE}{full}"), value.clone()));
+        Ok(())
+    }
+
+    /// Finish: set outputs (and a KV-cache trace's written caches, then parameter updates,
+    /// after them) and verify.
     pub fn finish(self, mut outputs: Vec<(String, Tensor)>) -> Result<Traced> {
         if let Some(kv) = &self.kv {
             outputs.extend(kv.outputs.iter().cloned());
         }
+        outputs.extend(self.updates.iter().cloned());
         let mut state = self.state.borrow_mut();
         for (name, t) in &outputs {
             if !Rc::ptr_eq(&t.state, &self.state) {

@@ -15,7 +15,7 @@ mod tensor;
 
 pub use ctx::{
     ForwardCtx, KvCache, Mode, PAST, POSITION, PRESENT, Profiler, RNG_STEP, ShapePolicy, TraceEvent, TraceOptions,
-    Traced, trace, trace_model, trace_named,
+    Traced, UPDATE, trace, trace_model, trace_named,
 };
 pub use error::{Error, Result};
 pub use init::{Init, ParamSpec};

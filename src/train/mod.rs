@@ -204,6 +204,9 @@ pub struct Trainer {
     host_stale: bool,
     /// The step reads `rng_step` (it has dropout): each step feeds its number.
     rng_step: bool,
+    /// Parameters the step writes rather than learns (batch norm's running statistics): each
+    /// with its output `update.{name}`, copied into it after every step.
+    updates: Vec<ParamSpec>,
 }
 
 impl Trainer {
@@ -218,12 +221,19 @@ impl Trainer {
         schedule: Schedule,
         params: ParamStore,
     ) -> Result<Trainer> {
-        let specs: Vec<ParamSpec> = traced.params.iter().filter(|p| p.dtype.is_float()).cloned().collect();
+        let written = |p: &ParamSpec| {
+            let output = format!("{}{}", rustral_frontend::UPDATE, p.name);
+            traced.graph.outputs().iter().any(|o| o.name == output)
+        };
+        let (updates, specs): (Vec<ParamSpec>, Vec<ParamSpec>) =
+            traced.params.iter().filter(|p| p.dtype.is_float()).cloned().partition(written);
         let names: Vec<String> = specs.iter().map(|p| p.name.clone()).collect();
         let g = training_graph(&traced.graph, loss, &names, options)?;
         let rng_step = g.inputs().iter().any(|(name, _)| name == rustral_frontend::RNG_STEP);
+        // The device step reads back only the loss: a step that writes parameters runs the
+        // optimizer on the host, which reads every output.
         #[cfg(feature = "wgsl")]
-        let on_device = matches!(target, Target::Wgsl);
+        let on_device = matches!(target, Target::Wgsl) && updates.is_empty();
         #[cfg(not(feature = "wgsl"))]
         let on_device = false;
         let mut session = Session::compile(&g, target, options)?;
@@ -241,6 +251,7 @@ impl Trainer {
             on_device,
             host_stale: false,
             rng_step,
+            updates,
         })
     }
 
@@ -304,6 +315,11 @@ impl Trainer {
             for x in &mut data {
                 *x = round_to(spec.dtype, *x);
             }
+            self.params.insert(&spec.name, ParamValue { dtype: spec.dtype, shape: spec.shape.clone(), data });
+        }
+        for spec in &self.updates {
+            let name = format!("{}{}", rustral_frontend::UPDATE, spec.name);
+            let data = value(&name).expect("the step computes every update");
             self.params.insert(&spec.name, ParamValue { dtype: spec.dtype, shape: spec.shape.clone(), data });
         }
         // In place where the target holds f32 parameters (no conversion of every tensor).
@@ -383,6 +399,7 @@ impl Trainer {
     /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model.
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
         let mut specs = self.specs.clone();
+        specs.extend(self.updates.iter().cloned());
         for p in &self.specs {
             for kind in ["m", "v"] {
                 specs.push(ParamSpec { name: format!("optimizer.{kind}.{}", p.name), dtype: DType::F64, ..p.clone() });
@@ -392,6 +409,9 @@ impl Trainer {
             specs.push(ParamSpec { name: "optimizer.step".into(), dtype: DType::F64, shape: vec![], ..first.clone() });
         }
         let store = ParamStore::load_safetensors(path, &specs, &[])?;
+        for p in &self.updates {
+            self.params.insert(&p.name, store.get(&p.name).expect("loaded by spec").clone());
+        }
         for p in &self.specs {
             let get = |n: &str| store.get(n).expect("loaded by spec").clone();
             self.params.insert(&p.name, get(&p.name));

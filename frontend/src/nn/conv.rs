@@ -86,10 +86,14 @@ impl Module for Conv2d {
     }
 }
 
-/// `nn.BatchNorm2d` at inference: each channel normalised by its running statistics,
-/// `(x - running_mean) / sqrt(running_var + eps) * weight + bias`, traced as primitives over
-/// `[1, channels, 1, 1]` views of the four parameters. The statistics are parameters like any
-/// other (no hidden state): they are read, never written.
+/// `nn.BatchNorm2d`, traced as primitives over `[1, channels, 1, 1]` views of its four
+/// parameters. At inference each channel is normalised by its running statistics,
+/// `(x - running_mean) / sqrt(running_var + eps) * weight + bias`. In training mode
+/// ([`crate::Mode::Train`]) by the batch's (mean and biased variance over batch, height and
+/// width), and the running statistics move as PyTorch's do, `(1 - momentum) * running +
+/// momentum * batch` with the unbiased variance, written through
+/// [`ForwardCtx::update_param`]: the statistics are parameters like any other, and their
+/// update is outputs of the graph, not hidden state.
 #[derive(Clone, Debug)]
 pub struct BatchNorm2d {
     /// Scope name (`normalization`, `bn1`).
@@ -98,12 +102,14 @@ pub struct BatchNorm2d {
     pub channels: usize,
     /// Added to the variance.
     pub eps: f64,
+    /// Weight of the batch's statistics in the running ones (PyTorch's 0.1).
+    pub momentum: f64,
 }
 
 impl BatchNorm2d {
-    /// A batch norm over `channels` channels.
+    /// A batch norm over `channels` channels, momentum 0.1.
     pub fn new(name: &str, channels: usize, eps: f64) -> BatchNorm2d {
-        BatchNorm2d { name: name.into(), channels, eps }
+        BatchNorm2d { name: name.into(), channels, eps, momentum: 0.1 }
     }
 }
 
@@ -116,8 +122,26 @@ impl Module for BatchNorm2d {
                 let view = [Dim::fixed(1), Dim::fixed(self.channels), Dim::fixed(1), Dim::fixed(1)];
                 let weight = ctx.param("weight", &c, Init::Ones)?.reshape(&view)?;
                 let bias = ctx.param("bias", &c, Init::Zeros)?.reshape(&view)?;
-                let mean = ctx.param("running_mean", &c, Init::Zeros)?.reshape(&view)?;
-                let var = ctx.param("running_var", &c, Init::Ones)?.reshape(&view)?;
+                let running_mean = ctx.param("running_mean", &c, Init::Zeros)?;
+                let running_var = ctx.param("running_var", &c, Init::Ones)?;
+                let (mean, var) = if ctx.mode() == crate::Mode::Train {
+                    let mean = x.mean(&[0, 2, 3], true)?;
+                    let var = x.sub(&mean)?.square()?.mean(&[0, 2, 3], true)?;
+                    // n / (n - 1) for the unbiased variance, n counted in the graph (the batch
+                    // may be symbolic).
+                    let n = x.mul_scalar(0.0)?.add_scalar(1.0)?.sum(&[0, 2, 3], true)?;
+                    let unbiased = var.mul(&n)?.div(&n.add_scalar(-1.0)?)?;
+                    let m = self.momentum;
+                    let blend = |running: &Tensor, batch: &Tensor| -> Result<Tensor> {
+                        running.mul_scalar(1.0 - m)?.add(&batch.reshape(&c)?.mul_scalar(m)?)
+                    };
+                    let (new_mean, new_var) = (blend(&running_mean, &mean)?, blend(&running_var, &unbiased)?);
+                    ctx.update_param("running_mean", &new_mean)?;
+                    ctx.update_param("running_var", &new_var)?;
+                    (mean, var)
+                } else {
+                    (running_mean.reshape(&view)?, running_var.reshape(&view)?)
+                };
                 let inv = var.add_scalar(self.eps)?.rsqrt()?;
                 x.sub(&mean)?.mul(&inv)?.mul(&weight)?.add(&bias)
             })
