@@ -238,3 +238,29 @@ fn gradients_match_autograd() {
         }
     }
 }
+
+/// A NaN in a window wins the max (PyTorch's rule, and the op's definition) on the CPU and
+/// Candle targets, and padding never does: windows of negative values beside the padding keep
+/// their largest value. WGSL may assume NaN away (see tests/targets.rs), so it is not asked.
+#[test]
+fn max_pool_takes_nan_and_never_padding() {
+    use rustral::frontend::Window;
+    let t = trace(TraceOptions::default(), |ctx| {
+        let x = ctx.input("x", &[1, 1, 4, 4].map(Dim::fixed), DType::F32)?;
+        Ok(vec![x.max_pool2d([3, 3], Window::default().stride(2).padding(1))?])
+    })
+    .unwrap();
+    let mut values: Vec<f64> = (0..16).map(|i| -1.0 - i as f64).collect();
+    values[0] = f64::NAN; // inside the first window only
+    let x = HostTensor::new(DType::F32, &[1, 1, 4, 4], values).unwrap();
+    let all: HashMap<String, HostTensor> = [("x".to_string(), x.clone())].into();
+    let want = evaluate(&t.graph, &all).unwrap().remove(0).1.to_vec();
+    assert!(want[0].is_nan(), "{want:?}");
+    assert_eq!(&want[1..], &[-2.0, -5.0, -6.0], "the reference");
+    for target in [Target::Cpu, Target::Candle(rustral::runtime::candle::Device::Cpu)] {
+        let s = Session::compile(&t.graph, target.clone(), &CompileOptions::default()).unwrap();
+        let got = s.run(&[("x", x.clone())]).unwrap().remove(0).1.to_vec();
+        assert!(got[0].is_nan(), "{target:?}: {got:?}");
+        assert_eq!(&got[1..], &want[1..], "{target:?}");
+    }
+}

@@ -47,6 +47,26 @@ impl Window2d {
         (o * self.stride[a] + i * self.dilation[a]).checked_sub(self.padding[a]).filter(|&s| s < size)
     }
 
+    /// The taps of output position `o` along axis `a` that read inside an input of `size`
+    /// (those [`Window2d::source`] gives Some for), a range since sources grow with the tap.
+    pub fn taps_inside(&self, a: usize, o: usize, size: usize) -> std::ops::Range<usize> {
+        let (start, d, p) = (o * self.stride[a], self.dilation[a], self.padding[a]);
+        // start + i * d - p in [0, size)  <=>  i * d in [p - start, p + size - start)
+        let lo = p.saturating_sub(start).div_ceil(d);
+        let hi = (p + size).saturating_sub(start).div_ceil(d).min(self.kernel[a]);
+        lo.min(hi)..hi
+    }
+
+    /// The output positions (of `out_len`) along axis `a` whose tap `tap` reads inside an
+    /// input of `size`, as a range (sources grow with the position).
+    pub fn outputs_inside(&self, a: usize, tap: usize, size: usize, out_len: usize) -> std::ops::Range<usize> {
+        let (s, offset, p) = (self.stride[a], tap * self.dilation[a], self.padding[a]);
+        // o * s + offset - p in [0, size)  <=>  o * s in [p - offset, p + size - offset)
+        let lo = p.saturating_sub(offset).div_ceil(s);
+        let hi = (p + size).saturating_sub(offset).div_ceil(s).min(out_len);
+        lo.min(hi)..hi
+    }
+
     /// Taps per window (`kernel[0] * kernel[1]`).
     pub fn taps(&self) -> usize {
         self.kernel[0] * self.kernel[1]
@@ -255,5 +275,45 @@ mod tests {
         assert_eq!(p.source(0, 0, 0, 112), None, "the first tap of the first window is padding");
         assert_eq!(p.source(0, 0, 1, 112), Some(0));
         assert_eq!(p.source(0, 55, 2, 112), Some(111), "55 * 2 + 2 - 1");
+    }
+
+    /// The ranges are exactly the taps and positions `source` finds inside the input.
+    #[test]
+    fn inside_ranges_agree_with_source() {
+        for kernel in 1..5 {
+            for stride in 1..4 {
+                for padding in 0..4 {
+                    for dilation in 1..3 {
+                        let w = Window2d {
+                            kernel: [kernel; 2],
+                            stride: [stride; 2],
+                            padding: [padding; 2],
+                            dilation: [dilation; 2],
+                        };
+                        for size in 1..9 {
+                            let Ok(out) = w.out_len(0, size) else { continue };
+                            for o in 0..out {
+                                let want: Vec<usize> =
+                                    (0..kernel).filter(|&t| w.source(0, o, t, size).is_some()).collect();
+                                assert_eq!(
+                                    w.taps_inside(0, o, size).collect::<Vec<_>>(),
+                                    want,
+                                    "{w:?} size {size} o {o}"
+                                );
+                            }
+                            for t in 0..kernel {
+                                let want: Vec<usize> =
+                                    (0..out).filter(|&o| w.source(0, o, t, size).is_some()).collect();
+                                assert_eq!(
+                                    w.outputs_inside(0, t, size, out).collect::<Vec<_>>(),
+                                    want,
+                                    "{w:?} size {size} t {t}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 }

@@ -228,7 +228,14 @@ fn window(op: &Op, args: &[&Tensor], dev: &Device) -> R<Tensor> {
                     x = Tensor::cat(&[&edge, &x, &edge], axis)?;
                 }
             }
-            x.max_pool2d_with_stride((kernel[0], kernel[1]), (stride[0], stride[1]))?
+            let (k, st) = ((kernel[0], kernel[1]), (stride[0], stride[1]));
+            let y = x.max_pool2d_with_stride(k, st)?;
+            // candle's max skips NaN; the IR's (PyTorch's) returns it. Windows holding a NaN
+            // are found by pooling the NaN mask, and take NaN.
+            let nan_mask = x.ne(&x)?.to_dtype(x.dtype())?;
+            let has_nan = nan_mask.max_pool2d_with_stride(k, st)?.gt(0.0)?;
+            let nan = Tensor::full(f32::NAN, y.dims(), dev)?.to_dtype(y.dtype())?;
+            has_nan.where_cond(&nan, &y)?
         }
         Op::AvgPool2d { kernel, stride, padding } => {
             // Zero padding counted in the mean (`count_include_pad`).

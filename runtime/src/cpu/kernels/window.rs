@@ -42,14 +42,28 @@ fn im2col(plane: &[f32], [h, w]: [usize; 2], channels: usize, win: &Window2d, co
             for tb in 0..win.kernel[1] {
                 let row = ((k * win.kernel[0] + ta) * win.kernel[1] + tb) * blocks;
                 let dst = &mut cols[row..row + blocks];
+                // The columns whose tap lies inside, found once per tap: the rest is padding.
+                let xs = win.outputs_inside(1, tb, w, ow);
+                let (step, first) =
+                    (win.stride[1], (xs.start * win.stride[1] + tb * win.dilation[1]).wrapping_sub(win.padding[1]));
                 for y in 0..oh {
                     let line = &mut dst[y * ow..(y + 1) * ow];
-                    match win.source(0, y, ta, h) {
-                        None => line.fill(0.0),
-                        Some(sy) => {
-                            for (xo, d) in line.iter_mut().enumerate() {
-                                *d = win.source(1, xo, tb, w).map_or(0.0, |sx| src[sy * w + sx]);
-                            }
+                    let Some(sy) = win.source(0, y, ta, h) else {
+                        line.fill(0.0);
+                        continue;
+                    };
+                    line[..xs.start].fill(0.0);
+                    line[xs.end..].fill(0.0);
+                    let inside = &mut line[xs.clone()];
+                    let from = &src[sy * w..(sy + 1) * w];
+                    if inside.is_empty() {
+                        continue;
+                    }
+                    if step == 1 {
+                        inside.copy_from_slice(&from[first..first + inside.len()]);
+                    } else {
+                        for (j, d) in inside.iter_mut().enumerate() {
+                            *d = from[first + j * step];
                         }
                     }
                 }
@@ -110,28 +124,44 @@ fn conv2d(
     fits.then_some(result)
 }
 
+/// `a` or `b`, whichever is larger, NaN winning (PyTorch's max pooling).
+#[inline(always)]
+fn nan_max(a: f32, b: f32) -> f32 {
+    if b > a || b.is_nan() { b } else { a }
+}
+
+/// Pooling, separably: per output row, the window's input rows are combined into one row
+/// (contiguous, so it vectorises), and each output of the row combines its taps of that row.
+/// Both max and sum are associative, so the order changes nothing but NaN-free rounding of
+/// the sum.
 fn pool(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize], max: bool) -> Vec<f32> {
     let (h, w, oh, ow) = (xs[2], xs[3], out[2], out[3]);
     let mut result = vec![0.0f32; out.iter().product()];
     let divisor = win.taps() as f32;
-    result.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(p, dst)| {
-        let src = &x[p * h * w..(p + 1) * h * w];
-        for y in 0..oh {
-            for xo in 0..ow {
-                let mut acc = if max { f32::NEG_INFINITY } else { 0.0 };
-                for ta in 0..win.kernel[0] {
-                    let Some(sy) = win.source(0, y, ta, h) else { continue };
-                    for tb in 0..win.kernel[1] {
-                        let Some(sx) = win.source(1, xo, tb, w) else { continue };
-                        let v = src[sy * w + sx];
-                        acc = if !max {
-                            acc + v
-                        } else if v.is_nan() || v > acc {
-                            v
-                        } else {
-                            acc
-                        };
-                    }
+    // Which taps of each output row and column lie inside the image, found once.
+    let rows: Vec<std::ops::Range<usize>> = (0..oh).map(|y| win.taps_inside(0, y, h)).collect();
+    let cols: Vec<std::ops::Range<usize>> = (0..ow).map(|x| win.taps_inside(1, x, w)).collect();
+    let (s, d, p) = (win.stride, win.dilation, win.padding);
+    let empty = if max { f32::NEG_INFINITY } else { 0.0 };
+    result.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| {
+        let src = &x[plane * h * w..(plane + 1) * h * w];
+        let mut line = vec![empty; w];
+        for (y, taps_y) in rows.iter().enumerate() {
+            line.fill(empty);
+            for ta in taps_y.clone() {
+                let row = &src[(y * s[0] + ta * d[0] - p[0]) * w..][..w];
+                if max {
+                    line.iter_mut().zip(row).for_each(|(a, &b)| *a = nan_max(*a, b));
+                } else {
+                    line.iter_mut().zip(row).for_each(|(a, &b)| *a += b);
+                }
+            }
+            for (xo, taps_x) in cols.iter().enumerate() {
+                let x0 = (xo * s[1]).wrapping_sub(p[1]);
+                let mut acc = empty;
+                for tb in taps_x.clone() {
+                    let v = line[x0.wrapping_add(tb * d[1])];
+                    acc = if max { nan_max(acc, v) } else { acc + v };
                 }
                 dst[y * ow + xo] = if max { acc } else { acc / divisor };
             }
