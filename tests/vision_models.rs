@@ -40,6 +40,7 @@ fn check(model: &str, dir: &str) {
                 "--save-outputs".as_ref(),
                 out.path().as_os_str(),
             ]));
+            let mut worst = 0.0f64;
             for name in ["last_hidden_state", "pooler_output"] {
                 let (shape, got) = npy(&out.path().join(format!("{name}.npy")));
                 let (want_shape, want) = npy(&f.join(format!("{name}.npy")));
@@ -49,8 +50,10 @@ fn check(model: &str, dir: &str) {
                         (g - w).abs() <= 1e-4 * (1.0 + w.abs()),
                         "{dir} {name}[{i}] on {target} {level}: {g} vs transformers {w}"
                     );
+                    worst = worst.max((g - w).abs());
                 }
             }
+            println!("{dir} on {target} {level}: max abs error {worst:.1e}");
         }
     }
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 fn ablation(c: &mut Criterion) {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    for w in workloads::all() {
+    for w in workloads::defaults() {
         let traced = (w.trace)();
         let mut group = c.benchmark_group(w.name);
         group.sample_size(10).measurement_time(Duration::from_secs(2)).warm_up_time(Duration::from_millis(500));

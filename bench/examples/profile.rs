@@ -1,5 +1,5 @@
 //! Per-kernel profile of a workload on the CPU target, summed by op and by module path:
-//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|train_step] [threads]`
+//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|train_step|resnet18|vit_b16] [threads]`
 //! (`train_step`: the training step of the `train_step` bench, forward and backward, without
 //! the optimizer).
 
@@ -23,6 +23,8 @@ fn main() {
             let graph = rustral::train::training_graph(&t.graph, "loss", &names, &options).expect("differentiates");
             (Traced { graph, params: t.params }, vec![])
         }
+        "resnet18" => (rustral_bench::workloads::resnet18(), vec![("batch", 8)]),
+        "vit_b16" => (rustral_bench::workloads::vit_b16(), vec![("batch", 8)]),
         "gpt2" => {
             let mut config = Gpt2Config::tiny(12);
             (config.n_embd, config.n_head, config.vocab_size, config.n_positions) = (768, 12, 50257, 1024);

@@ -89,6 +89,15 @@ def workloads():
     except ImportError as e:
         print(f"minilm_l6 skipped: {e}", file=sys.stderr)
 
+def vision():
+    """ResNet-18 and ViT-B/16 as transformers builds them (random weights: the time does not depend on them)."""
+    from transformers import ResNetConfig, ResNetModel, ViTConfig, ViTModel
+    pixels = torch.randn(8, 3, 224, 224)
+    resnet = ResNetModel(ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2], layer_type="basic")).eval()
+    vit = ViTModel(ViTConfig()).eval()
+    yield "resnet18", "model", "ResNet-18 (HF ResNetModel) forward, batch 8, 224x224", lambda x: resnet(pixel_values=x).pooler_output, (pixels,)
+    yield "vit_b16", "model", "ViT-B/16 (HF ViTModel) forward, batch 8, 224x224", lambda x: vit(pixel_values=x).pooler_output, (pixels,)
+
 def peer_versions():
     v = {"torch": torch.__version__}
     try:
@@ -131,7 +140,8 @@ def onnx_runtime(name, fn, inputs):
         return None
     return time_it(lambda: sess.run(None, feeds), args.repeats)
 
-for name, kind, description, fn, inputs in workloads():
+import itertools  # noqa: E402
+for name, kind, description, fn, inputs in itertools.chain(workloads(), vision()):
     if args.only and name not in args.only.split(","):
         continue
     write(name, kind, description, "eager", time_it(lambda: fn(*inputs), args.repeats))

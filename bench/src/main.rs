@@ -22,8 +22,9 @@ struct Cli {
 enum Command {
     /// Run the ablation matrix and write one manifest per run.
     Ablate {
-        /// Workloads (default: all): layer_norm, softmax, gelu_tanh, attention,
-        /// elementwise_chain, gemm_1024, gpt2_block, minilm_l6.
+        /// Workloads (default: all but the heavy ones): layer_norm, softmax, cross_entropy,
+        /// gelu_tanh, attention, elementwise_chain, gemm_1024, gpt2_block, minilm_l6; heavy,
+        /// measured only when named: resnet18, vit_b16.
         #[arg(long, value_delimiter = ',')]
         models: Vec<String>,
         /// Targets: cpu, candle-cpu.
@@ -117,7 +118,7 @@ fn run(cli: Cli) -> Result<(), String> {
     match cli.command {
         Command::Ablate { models, targets, repeats, threads, sets, out } => {
             let chosen: Vec<workloads::Workload> = if models.is_empty() {
-                workloads::all()
+                workloads::defaults()
             } else {
                 models
                     .iter()

@@ -5,7 +5,7 @@
 use rustral_frontend::nn::cross_entropy as lm_loss;
 use rustral_frontend::nn::{LayerNorm, Module, gelu};
 use rustral_frontend::{DType, Dim, ForwardCtx, Init, Result, Tensor, TraceOptions, Traced, trace, trace_named};
-use rustral_models::{Bert, BertConfig, Gpt2Config};
+use rustral_models::{Bert, BertConfig, Gpt2Config, ResNet, ResNetConfig, Vit, VitConfig};
 
 /// An op or a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -31,6 +31,9 @@ pub struct Workload {
     pub trace: fn() -> Traced,
     /// Sizes of its symbolic dims.
     pub sizes: &'static [(&'static str, usize)],
+    /// Seconds a run at O0 (ResNet-18, ViT-B/16): measured when named (`--models`), left out
+    /// of the default matrix, whose every pass set would take minutes each.
+    pub heavy: bool,
 }
 
 /// Every workload, ops first.
@@ -42,6 +45,7 @@ pub fn all() -> Vec<Workload> {
         fused_by: Some(fused_by),
         trace,
         sizes: &[],
+        heavy: false,
     };
     vec![
         op("layer_norm", "LayerNorm [8,128,768]", "fuse-layer-norm", layer_norm as fn() -> Traced),
@@ -58,6 +62,7 @@ pub fn all() -> Vec<Workload> {
             fused_by: None,
             trace: gpt2_block,
             sizes: &[],
+            heavy: false,
         },
         Workload {
             name: "minilm_l6",
@@ -66,8 +71,50 @@ pub fn all() -> Vec<Workload> {
             fused_by: None,
             trace: minilm,
             sizes: &[("batch", 8), ("seq", 128)],
+            heavy: false,
+        },
+        Workload {
+            name: "resnet18",
+            kind: Kind::Model,
+            description: "ResNet-18 (HF ResNetModel) forward, batch 8, 224x224",
+            fused_by: None,
+            trace: resnet18,
+            sizes: &[("batch", 8)],
+            heavy: true,
+        },
+        Workload {
+            name: "vit_b16",
+            kind: Kind::Model,
+            description: "ViT-B/16 (HF ViTModel) forward, batch 8, 224x224",
+            fused_by: None,
+            trace: vit_b16,
+            sizes: &[("batch", 8)],
+            heavy: true,
+        },
+        Workload {
+            name: "patch_embed_conv",
+            kind: Kind::Op,
+            description: "ViT-B/16 patch embedding as conv2d (k16 s16, 3->768) + transpose, [8,3,224,224]",
+            fused_by: None,
+            trace: || patch_embed(true),
+            sizes: &[],
+            heavy: true,
+        },
+        Workload {
+            name: "patch_embed_matmul",
+            kind: Kind::Op,
+            description: "ViT-B/16 patch embedding as reshape + permute + matmul + bias, [8,3,224,224]",
+            fused_by: None,
+            trace: || patch_embed(false),
+            sizes: &[],
+            heavy: true,
         },
     ]
+}
+
+/// The workloads a run without `--models` measures: all but the heavy ones.
+pub fn defaults() -> Vec<Workload> {
+    all().into_iter().filter(|w| !w.heavy).collect()
 }
 
 /// The workload called `name`.
@@ -199,4 +246,47 @@ pub fn minilm() -> Traced {
         Ok(vec![("embeddings".into(), model.sentence_embedding(ctx, &h, &mask)?)])
     })
     .expect("MiniLM traces")
+}
+
+/// ResNet-18 (`ResNetModel` with microsoft/resnet-18's config) at 224x224; symbolic batch.
+pub fn resnet18() -> Traced {
+    let model = ResNet { config: ResNetConfig::resnet18() };
+    trace_named(TraceOptions::default(), |ctx| {
+        let pixels = model.input(ctx)?;
+        let (hidden, pooled) = model.forward(ctx, &pixels)?;
+        Ok(vec![("last_hidden_state".into(), hidden), ("pooler_output".into(), pooled)])
+    })
+    .expect("ResNet-18 traces")
+}
+
+/// ViT-B/16 (`ViTModel` with google/vit-base-patch16-224's config); symbolic batch.
+pub fn vit_b16() -> Traced {
+    let model = Vit { config: VitConfig::base_patch16() };
+    trace_named(TraceOptions::default(), |ctx| {
+        let pixels = model.input(ctx)?;
+        let (hidden, pooled) = model.forward(ctx, &pixels)?;
+        Ok(vec![("last_hidden_state".into(), hidden), ("pooler_output".into(), pooled)])
+    })
+    .expect("ViT-B/16 traces")
+}
+
+/// ViT-B/16's patch embedding of `[8, 3, 224, 224]` into `[8, 196, 768]`, as the convolution
+/// checkpoints describe (`conv`) or as its patches cut out by reshape and permute and one matmul.
+pub fn patch_embed(conv: bool) -> Traced {
+    traced(|ctx| {
+        let x = input(ctx, &[8, 3, 224, 224])?;
+        let w = ctx.param("weight", &[768, 3, 16, 16].map(Dim::fixed), Init::Normal { std: 0.02 })?;
+        let b = ctx.param("bias", &[Dim::fixed(768)], Init::Zeros)?;
+        let fixed = |d: &[usize]| d.iter().map(|&n| Dim::fixed(n)).collect::<Vec<_>>();
+        if conv {
+            let window = rustral_frontend::Window::default().stride(16);
+            let y = x.conv2d(&w, Some(&b), window, 1)?;
+            Ok(vec![y.reshape(&fixed(&[8, 768, 196]))?.transpose(1, 2)?])
+        } else {
+            let patches = x.reshape(&fixed(&[8, 3, 14, 16, 14, 16]))?.permute(&[0, 2, 4, 1, 3, 5])?;
+            let rows = patches.reshape(&fixed(&[8, 196, 768]))?;
+            let wt = w.reshape(&fixed(&[768, 768]))?.transpose(0, 1)?;
+            Ok(vec![rows.matmul(&wt)?.add(&b)?])
+        }
+    })
 }

@@ -96,15 +96,19 @@ fn conv2d(
             chunk.fill(b[f % o]);
         }
     }
-    let image = |i: usize, dst: &mut [f32], par: gemm::Parallelism| -> bool {
-        let mut cols = if direct { Vec::new() } else { vec![0.0f32; depth * blocks] };
+    // `cols` is a worker's im2col buffer, kept across its images: a fresh one per image costs
+    // a page fault per 4 KiB (megabytes an image).
+    let image = |i: usize, dst: &mut [f32], cols: &mut Vec<f32>, par: gemm::Parallelism| -> bool {
+        if !direct && cols.len() < depth * blocks {
+            cols.resize(depth * blocks, 0.0);
+        }
         (0..groups).all(|g| {
             let plane = &x[(i * c + g * cg) * h * wd..(i * c + (g + 1) * cg) * h * wd];
             let rhs_data: &[f32] = if direct {
                 plane
             } else {
-                im2col(plane, [h, wd], cg, win, &mut cols);
-                &cols
+                im2col(plane, [h, wd], cg, win, cols);
+                &cols[..depth * blocks]
             };
             let lhs = View { data: &w[g * og * depth..(g + 1) * og * depth], rows: og, cols: depth, rs: depth, cs: 1 };
             let rhs = View { data: rhs_data, rows: depth, cols: blocks, rs: blocks, cs: 1 };
@@ -117,9 +121,17 @@ fn conv2d(
     };
     let threads = rayon::current_num_threads();
     let fits = if n >= threads || threads == 1 {
-        result.par_chunks_mut(o * blocks).enumerate().all(|(i, dst)| image(i, dst, gemm::Parallelism::None))
+        result
+            .par_chunks_mut(o * blocks)
+            .enumerate()
+            .map_init(Vec::new, |cols, (i, dst)| image(i, dst, cols, gemm::Parallelism::None))
+            .all(|done| done)
     } else {
-        result.chunks_mut(o * blocks).enumerate().all(|(i, dst)| image(i, dst, gemm::Parallelism::Rayon(threads)))
+        let mut cols = Vec::new();
+        result
+            .chunks_mut(o * blocks)
+            .enumerate()
+            .all(|(i, dst)| image(i, dst, &mut cols, gemm::Parallelism::Rayon(threads)))
     };
     fits.then_some(result)
 }
