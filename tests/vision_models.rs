@@ -80,3 +80,52 @@ fn vit_matches_transformers() {
 fn vit_gray_matches_transformers() {
     check("vit", "vit-gray");
 }
+
+/// The same models through the library API on the WGSL target at O2, checked against
+/// transformers; with `RUSTRAL_WEB_DUMP` set (scripts/test.sh) their program folders are left
+/// for the JS runtime to run in Dawn and headless Chromium (scripts/web-check.sh), so the
+/// convolution, pooling and patch kernels run in a browser too.
+#[test]
+fn wgsl_programs_match_transformers_and_go_to_the_browser() {
+    use rustral::frontend::{ParamStore, ShapePolicy, TraceOptions, trace_named};
+    use rustral::models::{RESNET_UNUSED_WEIGHTS, ResNet, ResNetConfig, Vit, VitConfig};
+    use rustral::prelude::*;
+    if !common::wgsl_available() {
+        return;
+    }
+    for dir in ["resnet-basic", "vit"] {
+        let f = fixture(dir);
+        let (shape, pixels) = npy(&f.join("pixel_values.npy"));
+        let policy = ShapePolicy::symbolic().pin("height", shape[2]).pin("width", shape[3]);
+        let options = TraceOptions { shape: policy, ..TraceOptions::default() };
+        let (traced, ignore) = if dir.starts_with("resnet") {
+            let model = ResNet { config: ResNetConfig::from_file(&f.join("config.json")).unwrap() };
+            let t = trace_named(options, |ctx| {
+                let x = model.input(ctx)?;
+                let (h, p) = model.forward(ctx, &x)?;
+                Ok(vec![("last_hidden_state".into(), h), ("pooler_output".into(), p)])
+            });
+            (t.unwrap(), RESNET_UNUSED_WEIGHTS)
+        } else {
+            let model = Vit { config: VitConfig::from_file(&f.join("config.json")).unwrap() };
+            let t = trace_named(options, |ctx| {
+                let x = model.input(ctx)?;
+                let (h, p) = model.forward(ctx, &x)?;
+                Ok(vec![("last_hidden_state".into(), h), ("pooler_output".into(), p)])
+            });
+            (t.unwrap(), &[][..])
+        };
+        let store = ParamStore::load_safetensors(&f.join("model.safetensors"), &traced.params, ignore).unwrap();
+        let options = CompileOptions::default();
+        let mut s = Session::compile(&traced.graph, Target::Wgsl, &options).unwrap();
+        s.bind(&store).unwrap();
+        let feeds = vec![("pixel_values".to_string(), HostTensor::new(DType::F32, &shape, pixels).unwrap())];
+        let refs: Vec<(&str, HostTensor)> = feeds.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
+        let out = s.run(&refs).unwrap();
+        let (_, want) = npy(&f.join("last_hidden_state.npy"));
+        for (g, w) in out[0].1.to_vec().iter().zip(&want) {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{dir} on wgsl: {g} vs transformers {w}");
+        }
+        common::web_dump(&format!("{dir}-O2"), &s, &traced, &store, &options, &feeds);
+    }
+}
