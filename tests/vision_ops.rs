@@ -264,3 +264,26 @@ fn max_pool_takes_nan_and_never_padding() {
         assert_eq!(&got[1..], &want[1..], "{target:?}");
     }
 }
+
+/// A window whose largest value is minus infinity gives its adjoint to its first tap inside
+/// the input (padding is minus infinity too, but never chosen), as PyTorch does: here every
+/// window's first inside tap is the top-left element.
+#[test]
+fn max_pool_gradient_never_goes_to_padding() {
+    use rustral::frontend::Window;
+    let t = trace(TraceOptions::default(), |ctx| {
+        let x = ctx.param("x", &[1, 1, 2, 2].map(Dim::fixed), rustral::frontend::Init::Zeros)?;
+        let y = x.max_pool2d([3, 3], Window::default().padding(1))?;
+        Ok(vec![y.sum(&[0, 1, 2, 3], false)?])
+    })
+    .unwrap();
+    let g = training_graph(&t.graph, "out0", &["x".to_string()], &CompileOptions::default()).unwrap();
+    let mut store = ParamStore::default();
+    let value =
+        rustral::frontend::ParamValue { dtype: DType::F32, shape: vec![1, 1, 2, 2], data: vec![f64::NEG_INFINITY; 4] };
+    store.insert("x", value);
+    let mut s = Session::compile(&g, Target::Cpu, &CompileOptions::default()).unwrap();
+    s.bind(&store).unwrap();
+    let out: HashMap<String, HostTensor> = s.run(&[]).unwrap().into_iter().collect();
+    assert_eq!(out[&grad_output_name("x")].to_vec(), vec![4.0, 0.0, 0.0, 0.0]);
+}

@@ -396,6 +396,9 @@ impl Tensor {
     /// the window's dilation must be 1).
     #[track_caller]
     pub fn max_pool2d(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        if window.dilation != [1, 1] {
+            return Err(self.error("max_pool2d", format!("pooling has no dilation, found {:?}", window.dilation)));
+        }
         let (stride, padding) = (window.stride.to_vec(), window.padding.to_vec());
         self.record(Op::MaxPool2d { kernel: kernel.to_vec(), stride, padding }, &[])
     }
@@ -403,6 +406,9 @@ impl Tensor {
     /// The mean of each `kernel` window, zero padding counted (`Op::AvgPool2d`).
     #[track_caller]
     pub fn avg_pool2d(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        if window.dilation != [1, 1] {
+            return Err(self.error("avg_pool2d", format!("pooling has no dilation, found {:?}", window.dilation)));
+        }
         let (stride, padding) = (window.stride.to_vec(), window.padding.to_vec());
         self.record(Op::AvgPool2d { kernel: kernel.to_vec(), stride, padding }, &[])
     }

@@ -141,3 +141,42 @@ fn bad_arguments_name_the_op_and_path() {
     // The layer's error names the line that called `forward`, not a line inside the layer.
     assert!(err.to_string().starts_with(&format!("frontend/tests/ctx.rs:{line}:")), "{err}");
 }
+
+/// `update_param` takes only a declared parameter, once, with its own type; batch norm in
+/// training refuses a channel that may hold one value (no unbiased variance).
+#[test]
+fn parameter_updates_are_checked() {
+    use rustral_frontend::nn::{BatchNorm2d, Module};
+    let err = |f: &dyn Fn(&mut rustral_frontend::ForwardCtx) -> rustral_frontend::Result<()>| {
+        trace(TraceOptions::default(), |ctx| {
+            f(ctx)?;
+            Ok(vec![ctx.scalar(0.0, DType::F32)?])
+        })
+        .unwrap_err()
+        .to_string()
+    };
+    let e = err(&|ctx| {
+        let v = ctx.full(1.0, &[Dim::fixed(2)], DType::F32)?;
+        ctx.update_param("nope", &v)
+    });
+    assert!(e.contains("nope") && e.contains("not a parameter declared before its update"), "{e}");
+    let e = err(&|ctx| {
+        let p = ctx.param("p", &[Dim::fixed(2)], Init::Zeros)?;
+        ctx.update_param("p", &p.reshape(&[Dim::fixed(1), Dim::fixed(2)])?)
+    });
+    assert!(e.contains("updated with f32[1, 2], declared f32 [2]"), "{e}");
+    let e = err(&|ctx| {
+        let p = ctx.param("p", &[Dim::fixed(2)], Init::Zeros)?;
+        ctx.update_param("p", &p)?;
+        ctx.update_param("p", &p)
+    });
+    assert!(e.contains("updated twice"), "{e}");
+    let train = TraceOptions { mode: Mode::Train, ..TraceOptions::default() };
+    let e = trace(train, |ctx| {
+        let x = ctx.input("x", &[Dim::sym("batch"), Dim::fixed(2), Dim::fixed(1), Dim::fixed(1)], DType::F32)?;
+        Ok(vec![BatchNorm2d::new("bn", 2, 1e-5).forward(ctx, &x)?])
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("more than one value per channel"), "{e}");
+}

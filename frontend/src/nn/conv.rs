@@ -127,10 +127,7 @@ impl Module for BatchNorm2d {
                 let (mean, var) = if ctx.mode() == crate::Mode::Train {
                     let mean = x.mean(&[0, 2, 3], true)?;
                     let var = x.sub(&mean)?.square()?.mean(&[0, 2, 3], true)?;
-                    // n / (n - 1) for the unbiased variance, n counted in the graph (the batch
-                    // may be symbolic).
-                    let n = x.mul_scalar(0.0)?.add_scalar(1.0)?.sum(&[0, 2, 3], true)?;
-                    let unbiased = var.mul(&n)?.div(&n.add_scalar(-1.0)?)?;
+                    let unbiased = var.mul(&unbiased_factor(x)?)?;
                     let m = self.momentum;
                     let blend = |running: &Tensor, batch: &Tensor| -> Result<Tensor> {
                         running.mul_scalar(1.0 - m)?.add(&batch.reshape(&c)?.mul_scalar(m)?)
@@ -147,6 +144,35 @@ impl Module for BatchNorm2d {
             })
         })
     }
+}
+
+/// `n / (n - 1)` for the `n` values a batch norm averages per channel (batch times height
+/// times width), as a `[1, 1, 1, 1]` tensor of `x`'s dtype. Counted in f32 (a half-precision
+/// count would overflow at 65504) from the static height and width and, when the batch is
+/// symbolic, a count of it in the graph. One value per channel has no unbiased variance
+/// (PyTorch refuses it): an error when the shape says so.
+fn unbiased_factor(x: &Tensor) -> Result<Tensor> {
+    let plane = match (x.dim(2)?, x.dim(3)?) {
+        (Dim::Static(h), Dim::Static(w)) => h * w,
+        _ => {
+            return Err(crate::Error::Argument {
+                op: "batch_norm".into(),
+                path: String::new(),
+                message: "training needs static height and width".into(),
+            });
+        }
+    };
+    let batch = x.dim(0)?;
+    if plane <= 1 && batch.as_static().is_none_or(|b| b <= 1) {
+        return Err(crate::Error::Argument {
+            op: "batch_norm".into(),
+            path: String::new(),
+            message: format!("training needs more than one value per channel, and {}x1x1 may have one", batch),
+        });
+    }
+    let ones = x.slice(1, 0, 1usize)?.slice(2, 0, 1usize)?.slice(3, 0, 1usize)?.cast(crate::DType::F32)?;
+    let n = ones.mul_scalar(0.0)?.add_scalar(plane as f64)?.sum(&[0], true)?;
+    n.div(&n.add_scalar(-1.0)?)?.cast(x.dtype())
 }
 
 /// `nn.MaxPool2d`: the largest element of each window.

@@ -124,17 +124,28 @@ impl Op {
     }
 }
 
-/// Two values per list, each at least `min` (kernels, strides and dilations are positive).
+/// The largest kernel, stride, padding, dilation or output size an attribute may give: far
+/// beyond any real window, and small enough that every product and sum the window's geometry
+/// forms of them (with a dim, which fits in 2^63 bytes) stays inside a `usize`.
+pub const MAX_WINDOW: usize = 1 << 24;
+
+/// Two values per list, each at least `min` (kernels, strides and dilations are positive)
+/// and at most [`MAX_WINDOW`].
 fn pairs(lists: &[(&str, &[usize], usize)]) -> Result<(), Reason> {
     for (name, v, min) in lists {
         if v.len() != 2 {
             return Err(format!("{name} needs 2 values (height, width), found {v:?}"));
         }
-        if v.iter().any(|x| x < min) {
-            return Err(format!("{name} values must be at least {min}, found {v:?}"));
+        if v.iter().any(|x| x < min || *x > MAX_WINDOW) {
+            return Err(format!("{name} values must be {min} to {MAX_WINDOW}, found {v:?}"));
         }
     }
     Ok(())
+}
+
+/// `a * b`, or why not (a product of dims past a `usize`).
+fn times(a: usize, b: usize, what: &str) -> Result<usize, Reason> {
+    a.checked_mul(b).ok_or_else(|| format!("{what} ({a} * {b}) overflows"))
 }
 
 /// The static spatial dims of a rank-4 NCHW float tensor: `[channels, height, width]`.
@@ -177,14 +188,14 @@ pub(crate) fn conv2d(op: &Op, groups: usize, args: &[&TensorType]) -> Result<Ten
     let Some([o, cg, kh, kw]) = static_dims.as_deref().and_then(|d| <[usize; 4]>::try_from(d).ok()) else {
         return Err(format!("the weight must be a static [out, in / groups, kh, kw], found {}", wt.shape));
     };
-    if groups == 0 || c % groups != 0 || o % groups != 0 {
+    if groups == 0 || groups > c || c % groups != 0 || o % groups != 0 {
         return Err(format!("groups={groups} must divide the {c} input and {o} output channels"));
     }
-    if cg * groups != c {
+    if times(cg, groups, "channels per group times groups")? != c {
         return Err(format!("the weight reads {cg} channels per group, but the input has {c} in {groups} group(s)"));
     }
-    if kh == 0 || kw == 0 {
-        return Err(format!("the kernel must not be empty, found {kh}x{kw}"));
+    if kh == 0 || kw == 0 || kh > MAX_WINDOW || kw > MAX_WINDOW {
+        return Err(format!("the kernel must be 1 to {MAX_WINDOW} a side, found {kh}x{kw}"));
     }
     if let Some(bias) = args.get(2)
         && (bias.dtype != x.dtype || bias.shape.0 != [Dim::Static(o)])
@@ -206,6 +217,11 @@ pub(crate) fn pool2d(op: &Op, x: &TensorType) -> Result<TensorType, Reason> {
         return Err(format!("padding {padding:?} must be at most half the kernel {kernel:?}"));
     }
     let [c, h, w] = nchw(op.name(), x)?;
+    // With padding at most the input and at most half the kernel, a window is at most three
+    // times the input: its work is bounded by the input's size.
+    if padding[0] > h || padding[1] > w {
+        return Err(format!("padding {padding:?} is more than the {h}x{w} input"));
+    }
     let win = op.window2d(None).expect("pairs checked");
     let [oh, ow] = out_hw(op, &win, h, w)?;
     Ok(typed(x.dtype, vec![x.shape.0[0].clone(), Dim::Static(c), Dim::Static(oh), Dim::Static(ow)]))
@@ -218,7 +234,8 @@ pub(crate) fn unfold(op: &Op, x: &TensorType) -> Result<TensorType, Reason> {
     let [c, h, w] = nchw("unfold", x)?;
     let win = op.window2d(None).expect("pairs checked");
     let [oh, ow] = out_hw(op, &win, h, w)?;
-    Ok(typed(x.dtype, vec![x.shape.0[0].clone(), Dim::Static(c * win.taps()), Dim::Static(oh * ow)]))
+    let rows = times(c, win.taps(), "channels times taps")?;
+    Ok(typed(x.dtype, vec![x.shape.0[0].clone(), Dim::Static(rows), Dim::Static(times(oh, ow, "blocks")?)]))
 }
 
 /// `fold`: `[n, c * kh * kw, oh * ow]` to `[n, c, size[0], size[1]]`.
@@ -242,7 +259,7 @@ pub(crate) fn fold(op: &Op, x: &TensorType) -> Result<TensorType, Reason> {
     let (Dim::Static(ck), Dim::Static(l)) = (ck, l) else {
         return Err(format!("fold needs static channels and blocks, found {}", x.shape));
     };
-    if ck % win.taps() != 0 || *l != oh * ow {
+    if ck % win.taps() != 0 || *l != times(oh, ow, "blocks")? {
         return Err(format!(
             "fold of {}x{} windows into {}x{} needs [batch, c * {}, {}], found {}",
             win.kernel[0],
@@ -275,6 +292,32 @@ mod tests {
         assert_eq!(p.source(0, 0, 0, 112), None, "the first tap of the first window is padding");
         assert_eq!(p.source(0, 0, 1, 112), Some(0));
         assert_eq!(p.source(0, 55, 2, 112), Some(111), "55 * 2 + 2 - 1");
+    }
+
+    /// Attributes whose geometry would overflow, and windows mostly outside a tiny input, are
+    /// type errors, not panics or wrapped sizes.
+    #[test]
+    fn hostile_attributes_are_type_errors() {
+        use crate::shape::{Shape, TensorType};
+        let ty = |dims: &[usize]| TensorType::new(DType::F32, Shape::of(dims));
+        let x = ty(&[1, 4, 2]);
+        let fold = Op::Fold {
+            size: vec![1, 2],
+            kernel: vec![1 << 63, 2],
+            stride: vec![1, 1],
+            padding: vec![1 << 62, 0],
+            dilation: vec![1, 1],
+        };
+        assert!(crate::infer(&fold, &[&x], &x).unwrap_err().contains("kernel values must be"));
+        let img = ty(&[1, 1, 1, 1]);
+        let pool =
+            Op::MaxPool2d { kernel: vec![200_000, 200_000], stride: vec![1, 1], padding: vec![100_000, 100_000] };
+        assert!(crate::infer(&pool, &[&img], &img).unwrap_err().contains("more than the 1x1 input"));
+        let wide = Op::AvgPool2d { kernel: vec![2, 2], stride: vec![1, 1], padding: vec![1 << 63, 0] };
+        assert!(crate::infer(&wide, &[&img], &img).is_err());
+        let conv = Op::Conv2d { stride: vec![1, 1], padding: vec![0, 0], dilation: vec![1 << 40, 1], groups: 1 };
+        let w = ty(&[1, 1, 2, 1]);
+        assert!(crate::infer(&conv, &[&img, &w], &img).is_err());
     }
 
     /// The ranges are exactly the taps and positions `source` finds inside the input.

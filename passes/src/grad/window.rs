@@ -5,7 +5,7 @@
 //! for the mean, onto the first largest tap for the max, as PyTorch does).
 
 use super::build::{Builder, R};
-use rustral_ir::{BinaryOp, Dim, NodeId, Op, ReduceOp, Shape, TensorType};
+use rustral_ir::{BinaryOp, DType, Dim, NodeId, Op, ReduceOp, Shape, TensorType};
 
 fn st(n: usize) -> Dim {
     Dim::Static(n)
@@ -94,22 +94,25 @@ pub(crate) fn vjp(b: &mut Builder, op: &Op, xs: &[NodeId], dy: NodeId, wanted: &
                 let all = b.broadcast(dyr, &windows)?;
                 b.scale(all, 1.0 / taps as f64)?
             } else {
-                // The first tap (in row-major window order) equal to the max, among the taps
-                // inside the input, takes the whole adjoint.
+                // The first tap (in row-major window order) inside the input that holds the
+                // max, or a NaN (which the max is then), takes the whole adjoint. Tap numbers
+                // are i32, exact whatever the dtype of the values.
                 let cols = b.op(unfold.clone(), &[xs[0]])?;
                 let cols = b.reshape(cols, windows.clone())?;
                 let one = b.scalar(1.0, xt.dtype)?;
                 let ones = b.broadcast(one, &xt.shape)?;
                 let inside = b.op(unfold, &[ones])?;
                 let inside = b.reshape(inside, windows.clone())?;
-                let zero = b.scalar(0.0, xt.dtype)?;
-                let inside = b.bin(BinaryOp::Gt, inside, zero)?;
-                let never = b.scalar(f64::NEG_INFINITY, xt.dtype)?;
-                let cols = b.op(Op::Where, &[inside, cols, never])?;
                 let y = b.reshape(b.node(), per_window)?;
-                let hit = b.bin(BinaryOp::Eq, cols, y)?;
-                let tap = b.declare(Op::Iota { axis: 2 }, TensorType::new(xt.dtype, windows.clone()))?;
-                let past = b.scalar(taps as f64, xt.dtype)?;
+                let equal = b.mask(BinaryOp::Eq, cols, y, DType::F32)?;
+                let nan = b.mask(BinaryOp::Ne, cols, cols, DType::F32)?;
+                let held = b.bin(BinaryOp::Add, equal, nan)?;
+                let inside = b.op(Op::Cast { to: DType::F32 }, &[inside])?;
+                let held = b.mul(held, inside)?;
+                let zero = b.scalar(0.0, DType::F32)?;
+                let hit = b.bin(BinaryOp::Gt, held, zero)?;
+                let tap = b.declare(Op::Iota { axis: 2 }, TensorType::new(DType::I32, windows.clone()))?;
+                let past = b.scalar(taps as f64, DType::I32)?;
                 let candidates = b.op(Op::Where, &[hit, tap, past])?;
                 let first = b.op(Op::Reduce { op: ReduceOp::Min, axes: vec![2], keepdim: true }, &[candidates])?;
                 let chosen = b.mask(BinaryOp::Eq, tap, first, xt.dtype)?;
