@@ -396,21 +396,25 @@ impl Tensor {
     /// the window's dilation must be 1).
     #[track_caller]
     pub fn max_pool2d(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
-        if window.dilation != [1, 1] {
-            return Err(self.error("max_pool2d", format!("pooling has no dilation, found {:?}", window.dilation)));
-        }
-        let (stride, padding) = (window.stride.to_vec(), window.padding.to_vec());
-        self.record(Op::MaxPool2d { kernel: kernel.to_vec(), stride, padding }, &[])
+        self.pool(true, kernel, window)
     }
 
     /// The mean of each `kernel` window, zero padding counted (`Op::AvgPool2d`).
     #[track_caller]
     pub fn avg_pool2d(&self, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        self.pool(false, kernel, window)
+    }
+
+    /// Max (`max`) or average pooling; a pooling has no dilation.
+    #[track_caller]
+    fn pool(&self, max: bool, kernel: [usize; 2], window: Window) -> Result<Tensor> {
+        let (kernel, stride, padding) = (kernel.to_vec(), window.stride.to_vec(), window.padding.to_vec());
+        let op =
+            if max { Op::MaxPool2d { kernel, stride, padding } } else { Op::AvgPool2d { kernel, stride, padding } };
         if window.dilation != [1, 1] {
-            return Err(self.error("avg_pool2d", format!("pooling has no dilation, found {:?}", window.dilation)));
+            return Err(self.error(op.name(), format!("pooling has no dilation, found {:?}", window.dilation)));
         }
-        let (stride, padding) = (window.stride.to_vec(), window.padding.to_vec());
-        self.record(Op::AvgPool2d { kernel: kernel.to_vec(), stride, padding }, &[])
+        self.record(op, &[])
     }
 
     /// The windows of `self: [n, c, h, w]` as columns `[n, c * kh * kw, blocks]` (im2col,
