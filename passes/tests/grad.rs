@@ -407,3 +407,42 @@ proptest::proptest! {
         random_case(&dims, ones, drop, pick);
     }
 }
+
+/// An embedding looked up by a batch of symbolic size: the table's gradient sums each
+/// looked-up row's adjoint into its id's row, checked against that sum written out by hand,
+/// for two batch sizes of one graph.
+#[test]
+fn gather_with_a_symbolic_batch_of_ids() {
+    let mut g = Graph::new("embed");
+    let table = g.input("table", ty(&[5, 4])).unwrap();
+    let idx = g.input("idx", TensorType::new(DType::I64, Shape(vec![Dim::sym("batch"), Dim::Static(3)]))).unwrap();
+    let w = g
+        .input("w", TensorType::new(DType::F64, Shape(vec![Dim::sym("batch"), Dim::Static(3), Dim::Static(4)])))
+        .unwrap();
+    let y = g.add(Op::Gather { axis: 0 }, &[table, idx], "").unwrap();
+    let p = g.add(Op::Binary(BinaryOp::Mul), &[y, w], "").unwrap();
+    let loss = g.add(Op::Reduce { op: ReduceOp::Sum, axes: vec![0, 1, 2], keepdim: false }, &[p], "").unwrap();
+    g.set_output("loss", loss).unwrap();
+    let d = grad(&g, "loss", &["table".to_string()]).unwrap();
+    for batch in [2usize, 3] {
+        let ids: Vec<f64> = (0..batch * 3).map(|i| ((i * 7 + 1) % 5) as f64).collect();
+        let wv = values(5, batch * 12, false);
+        let feeds: HashMap<String, HostTensor> = [
+            ("table".to_string(), HostTensor::new(DType::F64, &[5, 4], values(3, 20, false)).unwrap()),
+            ("idx".to_string(), HostTensor::new(DType::I64, &[batch, 3], ids.clone()).unwrap()),
+            ("w".to_string(), HostTensor::new(DType::F64, &[batch, 3, 4], wv.clone()).unwrap()),
+        ]
+        .into();
+        let out = evaluate(&d, &feeds).unwrap();
+        let got = out.iter().find(|(n, _)| *n == grad_output_name("table")).unwrap().1.to_vec();
+        let mut want = vec![0.0; 20];
+        for (k, &id) in ids.iter().enumerate() {
+            for c in 0..4 {
+                want[id as usize * 4 + c] += wv[k * 4 + c];
+            }
+        }
+        for (a, b) in got.iter().zip(&want) {
+            assert!((a - b).abs() <= 1e-12, "batch {batch}: {got:?} against {want:?}");
+        }
+    }
+}

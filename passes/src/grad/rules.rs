@@ -16,9 +16,12 @@ pub(crate) fn vjp(
     match op {
         Op::Slice { axis, start, end } => return slice(b, *axis, *start, end, xs[0], dy),
         Op::Gather { .. }
-            if b.ty(xs[1]).shape.static_numel().is_none() || b.ty(xs[0]).shape.static_numel().is_none() =>
+            if b.ty(xs[0]).shape.static_numel().is_none()
+                || b.ty(xs[1]).shape.0.iter().skip(1).any(|d| d.as_static().is_none()) =>
         {
-            return Err(b.unsupported("the gradient of a gather needs static index and table shapes"));
+            return Err(b.unsupported(
+                "the gradient of a gather needs a static table shape, and static index dims after the first",
+            ));
         }
         _ => {}
     }
@@ -297,16 +300,31 @@ fn gather(b: &mut Builder, axis: usize, table: NodeId, idx: NodeId, dy: NodeId) 
     perm.extend(axis + ir..tr - 1 + ir);
     let moved = if perm.iter().enumerate().all(|(i, &p)| i == p) { dy } else { b.op(Op::Permute { perm }, &[dy])? };
     let rest: Vec<Dim> = tt.shape.0[..axis].iter().chain(&tt.shape.0[axis + 1..]).cloned().collect();
-    // Static shapes: checked by the caller.
-    let n_idx = Dim::Static(it.shape.static_numel().unwrap_or(0));
+    // The table's shape and the index dims after the first are static: checked by the caller.
     let n_rest: usize = rest.iter().map(|d| d.as_static().unwrap_or(0)).product();
-    let flat = b.reshape(moved, Shape(vec![n_idx.clone(), Dim::Static(n_rest)]))?;
     let size = tt.shape.0[axis].clone();
-    let ids = b.reshape(idx, Shape(vec![n_idx.clone(), Dim::Static(1)]))?;
-    let cols = b.declare(Op::Iota { axis: 1 }, TensorType::new(it.dtype, Shape(vec![n_idx, size.clone()])))?;
-    let onehot = b.mask(BinaryOp::Eq, ids, cols, tt.dtype)?;
-    let oht = b.transpose(onehot)?;
-    let d = b.op(Op::MatMul, &[oht, flat])?;
+    let d = if let Some(n) = it.shape.static_numel() {
+        // One-hot rows of every index, times the adjoint's rows: [size, n] @ [n, rest].
+        let n_idx = Dim::Static(n);
+        let flat = b.reshape(moved, Shape(vec![n_idx.clone(), Dim::Static(n_rest)]))?;
+        let ids = b.reshape(idx, Shape(vec![n_idx.clone(), Dim::Static(1)]))?;
+        let cols = b.declare(Op::Iota { axis: 1 }, TensorType::new(it.dtype, Shape(vec![n_idx, size.clone()])))?;
+        let onehot = b.mask(BinaryOp::Eq, ids, cols, tt.dtype)?;
+        let oht = b.transpose(onehot)?;
+        b.op(Op::MatMul, &[oht, flat])?
+    } else {
+        // A symbolic first index dim (a batch): the same per batch row, [batch, size, m] @
+        // [batch, m, rest], summed over the batch.
+        let lead = it.shape.0[0].clone();
+        let m = Dim::Static(it.shape.0[1..].iter().map(|d| d.as_static().unwrap_or(0)).product());
+        let flat = b.reshape(moved, Shape(vec![lead.clone(), m.clone(), Dim::Static(n_rest)]))?;
+        let ids = b.reshape(idx, Shape(vec![lead.clone(), m.clone(), Dim::Static(1)]))?;
+        let cols = b.declare(Op::Iota { axis: 2 }, TensorType::new(it.dtype, Shape(vec![lead, m, size.clone()])))?;
+        let onehot = b.mask(BinaryOp::Eq, ids, cols, tt.dtype)?;
+        let oht = b.transpose(onehot)?;
+        let per_row = b.op(Op::MatMul, &[oht, flat])?;
+        b.op(Op::Reduce { op: ReduceOp::Sum, axes: vec![0], keepdim: false }, &[per_row])?
+    };
     // [size, rest] -> table[..axis] ++ [size] ++ table[axis+1..]
     let mut shape = vec![size];
     shape.extend(rest);
