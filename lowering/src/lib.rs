@@ -9,7 +9,7 @@ mod plan;
 mod program;
 
 pub use plan::{MemoryPlan, PlanReport};
-pub use program::{Buffer, BufferKind, Kernel, LowerError, Program, lower};
+pub use program::{Buffer, BufferKind, Collective, Kernel, LowerError, Program, ScheduleError, lower};
 
 #[cfg(feature = "wgsl")]
 pub mod wgsl;

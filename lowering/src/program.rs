@@ -65,6 +65,91 @@ pub struct Program {
     pub outputs: Vec<(String, usize)>,
     /// Storage sharing among intermediates.
     pub plan: MemoryPlan,
+    /// Cross-rank sums of outputs in data-parallel training (empty otherwise): host steps in
+    /// the schedule, each started once its last buffer is computed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub collectives: Vec<Collective>,
+}
+
+/// A cross-rank sum of some of a program's outputs (a bucket of gradients): every rank adds
+/// its values times its share of the global batch, so the sum is the global batch's mean.
+/// It starts as soon as the kernel that computes the last of its buffers has run (`after`;
+/// None when each is a parameter or a constant), so it overlaps the rest of the schedule, and
+/// the run waits for it before returning its outputs.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Collective {
+    /// `all_reduce.{i}`, in the order they start.
+    pub name: String,
+    /// The outputs it sums, by name.
+    pub outputs: Vec<String>,
+    /// Their buffers.
+    pub buffers: Vec<usize>,
+    /// Start after this kernel.
+    pub after: Option<usize>,
+    /// Bytes moved per rank (static dims; symbolic dims count as 1).
+    pub bytes: usize,
+}
+
+/// Why a collective schedule cannot be made.
+#[derive(Debug, Error)]
+#[error("cannot all-reduce `{output}`: {reason}")]
+pub struct ScheduleError {
+    /// The output asked for.
+    pub output: String,
+    /// Why not.
+    pub reason: String,
+}
+
+impl Program {
+    /// Schedule cross-rank sums of `outputs` in buckets of about `bucket_bytes` each (a bucket
+    /// closes once it reaches that size), filled in the order the schedule computes them, as
+    /// PyTorch's DistributedDataParallel does: the first gradients of the backward pass (the
+    /// last layers') go first, while the earlier layers' are still being computed. Replaces
+    /// any earlier schedule.
+    pub fn schedule_collectives(&mut self, outputs: &[String], bucket_bytes: usize) -> Result<(), ScheduleError> {
+        let mut producer = vec![None; self.buffers.len()];
+        for (k, kernel) in self.kernels.iter().enumerate() {
+            producer[kernel.output] = Some(k);
+        }
+        let mut members = Vec::with_capacity(outputs.len());
+        for name in outputs {
+            let fail = |reason: &str| ScheduleError { output: name.clone(), reason: reason.into() };
+            let &(_, b) = self.outputs.iter().find(|(n, _)| n == name).ok_or_else(|| fail("no such output"))?;
+            if !self.buffers[b].ty.dtype.is_float() {
+                return Err(fail("only float outputs are summed"));
+            }
+            if members.iter().any(|&(_, _, m)| m == b) {
+                return Err(fail("its buffer is another summed output's"));
+            }
+            members.push((producer[b], name.clone(), b));
+        }
+        // Schedule order; values that no kernel computes first. Stable, so ties keep the
+        // caller's order.
+        members.sort_by_key(|&(k, ..)| k.map_or(0, |k| k + 1));
+        let mut collectives: Vec<Collective> = Vec::new();
+        for (after, name, b) in members {
+            let ty = &self.buffers[b].ty;
+            let numel: usize = ty.shape.0.iter().map(|d| d.as_static().unwrap_or(1)).product();
+            let bytes = numel * ty.dtype.size_bytes();
+            match collectives.last_mut() {
+                Some(c) if c.bytes < bucket_bytes => {
+                    c.outputs.push(name);
+                    c.buffers.push(b);
+                    c.after = c.after.max(after);
+                    c.bytes += bytes;
+                }
+                _ => collectives.push(Collective {
+                    name: format!("all_reduce.{}", collectives.len()),
+                    outputs: vec![name],
+                    buffers: vec![b],
+                    after,
+                    bytes,
+                }),
+            }
+        }
+        self.collectives = collectives;
+        Ok(())
+    }
 }
 
 /// Why lowering failed.
@@ -113,5 +198,5 @@ pub fn lower(g: &Graph) -> Result<Program, LowerError> {
     }
     let outputs: Vec<(String, usize)> = g.outputs().iter().map(|o| (o.name.clone(), buffer_of[&o.node])).collect();
     let plan = MemoryPlan::new(&buffers, &kernels, &outputs);
-    Ok(Program { buffers, kernels, outputs, plan })
+    Ok(Program { buffers, kernels, outputs, plan, collectives: Vec::new() })
 }

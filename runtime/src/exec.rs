@@ -9,6 +9,7 @@
 //! The WGSL target records a whole schedule into one command buffer instead, so it does not
 //! use this loop; it follows the same steps in the same order (`wgpu::WgpuProgram`).
 
+use crate::collective::{Collective, Pending};
 use crate::feeds;
 use crate::reference::{EvalError, Place, concrete};
 use crate::tensor::HostTensor;
@@ -143,6 +144,18 @@ pub struct Executor<B: Backend> {
     precomputed: HashSet<usize>,
     /// Per buffer, the last kernel reading it (`usize::MAX` for outputs and unread buffers).
     last_use: Vec<usize>,
+    /// This rank's part in a data-parallel run: where the program's collectives go.
+    share: Option<Share>,
+}
+
+/// A rank's part in a data-parallel run: its group, and the factor its outputs are scaled by
+/// before the cross-rank sum (its share of the global batch, so the sum is the global mean).
+#[derive(Clone, Debug)]
+pub struct Share {
+    /// The rank's group.
+    pub comm: Collective,
+    /// Its share of the global batch.
+    pub weight: f64,
 }
 
 impl<B: Backend> Executor<B> {
@@ -157,7 +170,40 @@ impl<B: Backend> Executor<B> {
         for (_, b) in &program.outputs {
             last_use[*b] = usize::MAX;
         }
-        Executor { program, backend, params: HashMap::new(), precomputed: HashSet::new(), last_use }
+        Executor { program, backend, params: HashMap::new(), precomputed: HashSet::new(), last_use, share: None }
+    }
+
+    /// Run the program's collectives (`Program::collectives`) on `share`'s group from now on;
+    /// None runs them as the identity (one rank with all the batch).
+    pub fn set_share(&mut self, share: Option<Share>) {
+        self.share = share;
+    }
+
+    /// This rank's part in a data-parallel run, if set.
+    pub fn share(&self) -> Option<&Share> {
+        self.share.as_ref()
+    }
+
+    /// Sum `outputs` across the ranks of a data-parallel run, in buckets of about
+    /// `bucket_bytes` started as the schedule computes them (`Program::schedule_collectives`),
+    /// on `share`'s group.
+    pub fn set_data_parallel(
+        &mut self,
+        outputs: &[String],
+        bucket_bytes: usize,
+        share: Share,
+    ) -> Result<(), rustral_lowering::ScheduleError> {
+        self.program.schedule_collectives(outputs, bucket_bytes)?;
+        self.share = Some(share);
+        Ok(())
+    }
+
+    /// Change this rank's share of the global batch for the next runs (nothing when not
+    /// data-parallel).
+    pub fn set_share_weight(&mut self, weight: f64) {
+        if let Some(share) = &mut self.share {
+            share.weight = weight;
+        }
     }
 
     /// The program.
@@ -309,8 +355,22 @@ impl<B: Backend> Executor<B> {
                 _ => {}
             }
         }
+        let share = self.share.as_ref().filter(|_| !p.collectives.is_empty());
+        let mut pending: Vec<(usize, Pending)> = Vec::new();
+        if let Some(share) = share {
+            for (c, _) in p.collectives.iter().enumerate().filter(|(_, col)| col.after.is_none()) {
+                pending.push((c, self.start_collective(c, share, &values)?));
+            }
+        }
         self.backend.install(|| -> Result<(), B::Error> {
             for (k, kernel) in p.kernels.iter().enumerate() {
+                if let Some(share) = share {
+                    // The collectives whose last buffer the previous kernel computed.
+                    for (c, _) in p.collectives.iter().enumerate().filter(|(_, col)| k > 0 && col.after == Some(k - 1))
+                    {
+                        pending.push((c, self.start_collective(c, share, &values)?));
+                    }
+                }
                 if self.precomputed.contains(&k) {
                     continue;
                 }
@@ -342,8 +402,19 @@ impl<B: Backend> Executor<B> {
                     });
                 }
             }
+            if let Some(share) = share {
+                let last = p.kernels.len().checked_sub(1);
+                for (c, _) in
+                    p.collectives.iter().enumerate().filter(|(_, col)| col.after.is_some() && col.after == last)
+                {
+                    pending.push((c, self.start_collective(c, share, &values)?));
+                }
+            }
             Ok(())
         })?;
+        for (c, wait) in pending {
+            self.finish_collective(c, wait.wait().map_err(EvalError::from)?, &mut values)?;
+        }
         p.outputs
             .iter()
             .map(|(name, b)| {
@@ -355,6 +426,47 @@ impl<B: Backend> Executor<B> {
                 Ok((name.clone(), v.clone()))
             })
             .collect()
+    }
+
+    /// Collective `c`'s buffers scaled by the rank's weight, packed into one host vector and
+    /// handed to the communication thread.
+    fn start_collective(&self, c: usize, share: &Share, values: &[Option<B::Value>]) -> Result<Pending, B::Error> {
+        let col = &self.program.collectives[c];
+        let mut packed = Vec::with_capacity(col.bytes / 4);
+        for &b in &col.buffers {
+            let place = self.buffer_place(b);
+            let v = values[b].as_ref().or_else(|| self.params.get(&b)).ok_or_else(|| EvalError::Runtime {
+                place: place.clone(),
+                message: format!("internal error: `{}` reads a buffer that is not computed", col.name),
+            })?;
+            let host = self.backend.download(v, self.program.buffers[b].ty.dtype, &place)?;
+            packed.extend(host.to_vec().into_iter().map(|x| x * share.weight));
+        }
+        Ok(share.comm.start_sum(&col.name, packed))
+    }
+
+    /// Put collective `c`'s sums back into its buffers.
+    fn finish_collective(&self, c: usize, sums: Vec<f64>, values: &mut [Option<B::Value>]) -> Result<(), B::Error> {
+        let col = &self.program.collectives[c];
+        let mut at = 0;
+        for &b in &col.buffers {
+            let place = self.buffer_place(b);
+            let shape = values[b].as_ref().or_else(|| self.params.get(&b)).map(|v| B::shape(v).to_vec());
+            let shape = shape.ok_or_else(|| EvalError::Runtime {
+                place: place.clone(),
+                message: format!("internal error: `{}` lost a buffer", col.name),
+            })?;
+            let n: usize = shape.iter().product();
+            let part = sums.get(at..at + n).ok_or_else(|| EvalError::Runtime {
+                place: place.clone(),
+                message: format!("`{}` came back with {} values, fewer than its buffers hold", col.name, sums.len()),
+            })?;
+            at += n;
+            let host = HostTensor::new(self.program.buffers[b].ty.dtype, &shape, part.to_vec())
+                .map_err(|e| EvalError::Runtime { place: place.clone(), message: e.to_string() })?;
+            values[b] = Some(self.backend.upload(host, &place)?);
+        }
+        Ok(())
     }
 
     /// Host inputs on the target, by name (an upload error names the input's buffer).

@@ -8,6 +8,7 @@
 
 #[cfg(feature = "candle")]
 pub mod candle;
+pub mod collective;
 pub mod cpu;
 pub mod exec;
 mod feeds;

@@ -173,6 +173,22 @@ impl CpuProgram {
         self.exec.program()
     }
 
+    /// Sum `outputs` across the ranks of a data-parallel run (see
+    /// [`Executor::set_data_parallel`](crate::exec::Executor::set_data_parallel)).
+    pub fn set_data_parallel(
+        &mut self,
+        outputs: &[String],
+        bucket_bytes: usize,
+        share: crate::exec::Share,
+    ) -> Result<(), rustral_lowering::ScheduleError> {
+        self.exec.set_data_parallel(outputs, bucket_bytes, share)
+    }
+
+    /// Change this rank's share of the global batch for the next runs.
+    pub fn set_share_weight(&mut self, weight: f64) {
+        self.exec.set_share_weight(weight);
+    }
+
     /// Kernels launched per run: those that read only parameters and constants ran once when
     /// the parameters were bound.
     pub fn dispatches(&self) -> usize {

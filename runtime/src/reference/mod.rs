@@ -46,6 +46,9 @@ impl std::fmt::Display for Place {
 /// Why evaluation failed.
 #[derive(Debug, Error)]
 pub enum EvalError {
+    /// A cross-rank collective of a data-parallel run failed (timed out, mismatched).
+    #[error("{0}")]
+    Collective(#[from] crate::collective::CollectiveError),
     /// The graph breaks an IR invariant.
     #[error("graph does not verify:\n{0}")]
     Verify(#[from] VerifyErrors),
