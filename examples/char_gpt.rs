@@ -20,6 +20,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let steps: usize = args.next().map(|s| s.parse()).transpose()?.unwrap_or(600);
     let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let out = training::char_gpt::train(&text, steps, "The ", true)?;
+    let per_step = 1e3 * out.train_seconds / out.losses.len().max(1) as f64;
+    println!("trained {} steps in {:.2} s ({per_step:.2} ms a step)", out.losses.len(), out.train_seconds);
+    if let Some(p) = &out.parallel {
+        let last = out.losses.last().copied().unwrap_or(f64::NAN);
+        println!(
+            "rank {} of {} ({}): last step's loss {last:.6}; all-reduce {:.2} s in the transport, {:.2} s waited for ({:.1}% of the steps)",
+            p.rank,
+            p.world,
+            p.backend,
+            p.comm_seconds,
+            p.comm_wait_seconds,
+            100.0 * p.comm_wait_seconds / out.train_seconds
+        );
+    }
     println!("final loss {:.3} nats/char (unigram baseline {:.3})", out.final_loss, out.unigram);
     println!("sample: {}", out.sample);
     Ok(())

@@ -18,7 +18,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (acc, manifest) = training::digits::train(&dir, 30, true)?;
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/runs/train_digits.json");
     manifest.write(&path)?;
-    eprintln!("run manifest: {}", path.display());
+    eprintln!("run manifest: {}", manifest.path_for_rank(&path).display());
+    let last = manifest.steps.last().map_or(f64::NAN, |s| s.loss);
+    let wall = manifest.wall_seconds;
+    println!(
+        "trained {} steps in {wall:.2} s ({:.2} ms a step)",
+        manifest.steps.len(),
+        1e3 * wall / manifest.steps.len().max(1) as f64
+    );
+    if let Some(p) = &manifest.parallel {
+        println!(
+            "rank {} of {} ({}): final_loss {last:.6}; all-reduce {:.2} s in the transport, {:.2} s waited for ({:.1}% of the run)",
+            p.rank,
+            p.world,
+            p.backend,
+            p.comm_seconds,
+            p.comm_wait_seconds,
+            100.0 * p.comm_wait_seconds / wall.max(1e-9)
+        );
+    }
     println!("test_accuracy {acc:.3}");
     Ok(())
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: fetch the real MiniLM weights and the SmolLM2 GGUF when missing
+# The README's test command: install Open MPI when missing (the data-parallel tests run under
+# mpirun, so the tests build with feature `mpi`), fetch the real MiniLM weights and the SmolLM2 GGUF when missing
 # (the parity tests run them) and Mesa's software Vulkan driver when no Vulkan driver is
 # present (the WGSL target's
 # tests run on it), then run every test with snapshots compared, never rewritten, compile
@@ -19,6 +20,8 @@ fi
 echo "SmolLM2 GGUF: $RUSTRAL_SMOLLM2_GGUF"
 XDG_RUNTIME_DIR="$(bash scripts/ensure-vulkan.sh)"
 export XDG_RUNTIME_DIR
+# Open MPI for the data-parallel tests (tests/data_parallel_mpi.rs runs 2 ranks under mpirun).
+bash scripts/ensure-mpi.sh
 # Every shader the tests emit is also written here, then compiled by Tint (Dawn) as a second
 # validator beside naga (scripts/tint-check.sh).
 RUSTRAL_WGSL_DUMP="$(mktemp -d)"
@@ -28,6 +31,6 @@ export RUSTRAL_WGSL_DUMP
 RUSTRAL_WEB_DUMP="$(mktemp -d)"
 export RUSTRAL_WEB_DUMP
 trap 'rm -rf "$RUSTRAL_WGSL_DUMP" "$RUSTRAL_WEB_DUMP"' EXIT
-INSTA_UPDATE=no cargo test --workspace --locked "$@"
+INSTA_UPDATE=no cargo test --workspace --locked --features rustral/mpi "$@"
 bash scripts/tint-check.sh "$RUSTRAL_WGSL_DUMP"
 bash scripts/web-check.sh "$RUSTRAL_WEB_DUMP"

@@ -50,6 +50,15 @@ pub enum Error {
     #[cfg(feature = "compiler")]
     #[error(transparent)]
     Eval(#[from] rustral_runtime::reference::EvalError),
+    /// A collective of a data-parallel run failed (a rank timed out, the ranks' programs
+    /// differ), or the launcher's environment cannot be used.
+    #[cfg(feature = "compiler")]
+    #[error(transparent)]
+    Collective(#[from] rustral_runtime::collective::CollectiveError),
+    /// A data-parallel schedule asked for an output the program cannot sum.
+    #[cfg(feature = "compiler")]
+    #[error(transparent)]
+    Schedule(#[from] rustral_lowering::ScheduleError),
     /// The pass pipeline failed (an unknown pass name, a pass that broke the graph).
     #[cfg(feature = "compiler")]
     #[error(transparent)]

@@ -16,6 +16,12 @@ pub struct Outcome {
     pub unigram: f64,
     /// Generated text.
     pub sample: String,
+    /// The loss of every step (the global batch's, on every rank of a data-parallel run).
+    pub losses: Vec<f64>,
+    /// The data-parallel run, if this was a rank of one.
+    pub parallel: Option<rustral::train::ParallelRecord>,
+    /// Seconds the training steps took.
+    pub train_seconds: f64,
 }
 
 /// Deterministic xorshift64 for windows and sampling.
@@ -37,6 +43,18 @@ impl Rng {
 /// Train for `steps` on `text` (windows of 32 characters, 16 a batch) and sample 200
 /// characters after `prompt`.
 pub fn train(text: &str, steps: usize, prompt: &str, show: bool) -> Result<Outcome, Box<dyn std::error::Error>> {
+    train_ranked(text, steps, prompt, show, None)
+}
+
+/// [`train`] as one rank of `group` (`(group, bucket bytes)`: a data-parallel run), or as the
+/// process's rank when an MPI launcher started it; every rank draws the same global batches.
+pub fn train_ranked(
+    text: &str,
+    steps: usize,
+    prompt: &str,
+    show: bool,
+    group: Option<(rustral::runtime::collective::Collective, usize)>,
+) -> Result<Outcome, Box<dyn std::error::Error>> {
     let mut chars: Vec<char> = text.chars().collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     chars.sort();
     let ids: Vec<usize> =
@@ -69,8 +87,9 @@ pub fn train(text: &str, steps: usize, prompt: &str, show: bool) -> Result<Outco
         ..Gpt2Config::tiny(2)
     };
     let gpt = Gpt2 { config };
-    // The training step has a fixed shape (the embedding's gradient needs static ids).
-    let pinned = ShapePolicy::symbolic().pin("batch", batch).pin("seq", window);
+    // The window is fixed (the embedding's gradient needs static dims after the batch); the
+    // batch is not, so each rank of a data-parallel run takes its share of it.
+    let pinned = ShapePolicy::symbolic().pin("seq", window);
     let train = trace_named(TraceOptions { shape: pinned, ..TraceOptions::default() }, |ctx| {
         let x = gpt.input(ctx)?;
         let y = ctx.input("targets", &[Dim::sym("batch"), Dim::sym("seq")], DType::I64)?;
@@ -81,16 +100,21 @@ pub fn train(text: &str, steps: usize, prompt: &str, show: bool) -> Result<Outco
         let x = gpt.input(ctx)?;
         Ok(vec![("logits".into(), gpt.forward(ctx, &x)?)])
     })?;
-    let options = CompileOptions { threads: 2, ..CompileOptions::default() };
+    // Threads: the cores this process may use (under `mpirun`, the rank's binding).
+    let options = CompileOptions::default();
     let schedule = Schedule::WarmupCosine { warmup: steps / 10, total: steps, min_factor: 0.1 };
     let params = ParamStore::init(&train.params, 0);
     let mut trainer = Trainer::new(&train, "loss", Target::Cpu, &options, Optimizer::adamw(3e-3), schedule, params)?;
+    if let Some((comm, bucket_bytes)) = group {
+        trainer = trainer.with_collective(comm, bucket_bytes)?;
+    }
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let bar = progress(steps as u64);
     if !show {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     let mut last = Vec::new();
+    let start = std::time::Instant::now();
     for _ in 0..steps {
         let (mut x, mut y) = (Vec::with_capacity(batch * window), Vec::with_capacity(batch * window));
         for _ in 0..batch {
@@ -106,6 +130,7 @@ pub fn train(text: &str, steps: usize, prompt: &str, show: bool) -> Result<Outco
         bar.inc(1);
     }
     bar.finish();
+    let train_seconds = start.elapsed().as_secs_f64();
     let tail = &last[last.len().saturating_sub(20)..];
     let final_loss = tail.iter().sum::<f64>() / tail.len() as f64;
 
@@ -137,5 +162,6 @@ pub fn train(text: &str, steps: usize, prompt: &str, show: bool) -> Result<Outco
         context.push(next);
         sample.push(chars[next]);
     }
-    Ok(Outcome { final_loss, unigram, sample })
+    let parallel = trainer.parallel_record();
+    Ok(Outcome { final_loss, unigram, sample, losses: last, parallel, train_seconds })
 }

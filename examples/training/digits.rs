@@ -7,7 +7,7 @@ use rustral::train::{DatasetRecord, Optimizer, RunManifest, Schedule, Trainer};
 use std::path::Path;
 
 /// Rows of pixels (scaled to [0, 1]) and labels from a `p0..p63,label` CSV.
-fn read(path: &Path) -> Result<(Vec<f64>, Vec<usize>), String> {
+pub fn read(path: &Path) -> Result<(Vec<f64>, Vec<usize>), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let (mut pixels, mut labels) = (Vec::new(), Vec::new());
     for (i, line) in text.lines().enumerate().skip(1) {
@@ -24,7 +24,7 @@ fn read(path: &Path) -> Result<(Vec<f64>, Vec<usize>), String> {
     Ok((pixels, labels))
 }
 
-fn batch(pixels: &[f64], labels: &[usize], rows: &[usize]) -> (HostTensor, HostTensor) {
+pub fn batch(pixels: &[f64], labels: &[usize], rows: &[usize]) -> (HostTensor, HostTensor) {
     let x: Vec<f64> = rows.iter().flat_map(|&r| pixels[r * 64..(r + 1) * 64].iter().copied()).collect();
     let y: Vec<f64> = rows.iter().map(|&r| labels[r] as f64).collect();
     (
@@ -53,6 +53,20 @@ pub fn train_net(
     epochs: usize,
     show: bool,
 ) -> Result<(f64, RunManifest), Box<dyn std::error::Error>> {
+    train_ranked(dir, net, target, epochs, show, None)
+}
+
+/// [`train_net`] as one rank of `group` (a data-parallel run; `(group, bucket bytes)`), or as
+/// the process's rank when an MPI launcher started it. Every rank steps through the same
+/// global batches; the trainer takes its rows of each.
+pub fn train_ranked(
+    dir: &Path,
+    net: Net,
+    target: Target,
+    epochs: usize,
+    show: bool,
+    group: Option<(rustral::runtime::collective::Collective, usize)>,
+) -> Result<(f64, RunManifest), Box<dyn std::error::Error>> {
     let (train_x, train_y) = read(&dir.join("train.csv"))?;
     let (test_x, test_y) = read(&dir.join("test.csv"))?;
     let (train, infer) = net_graphs(net);
@@ -64,6 +78,9 @@ pub fn train_net(
     let params = ParamStore::init(&train.params, 0);
     let optimizer = Optimizer::adamw(0.01);
     let mut trainer = Trainer::new(&train, "loss", target.clone(), &options, optimizer, schedule, params)?;
+    if let Some((comm, bucket_bytes)) = group {
+        trainer = trainer.with_collective(comm, bucket_bytes)?;
+    }
     let (name, config) = match net {
         Net::Mlp(sizes) => ("train_digits", serde_json::json!({ "layers": sizes, "activation": "tanh" })),
         Net::Cnn(widths) => ("train_digits_cnn", serde_json::json!({ "cnn_widths": widths, "activation": "relu" })),
@@ -105,5 +122,6 @@ pub fn train_net(
     }
     bar.finish();
     manifest.config["test_accuracy"] = serde_json::json!(acc);
+    manifest.record_parallel(&trainer);
     Ok((acc, manifest))
 }

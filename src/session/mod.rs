@@ -14,6 +14,7 @@ use rustral_lowering::lower;
 use rustral_passes::{CompileStats, OptLevel, PassManager};
 use rustral_runtime::HostTensor;
 use rustral_runtime::cpu::{CpuProgram, Elementwise, KernelTime, Outputs};
+use rustral_runtime::exec::Share;
 use std::collections::HashMap;
 
 /// Where a program runs. Model code never names one; choosing it is this one argument.
@@ -251,6 +252,22 @@ impl Session {
             self.params = params.clone();
         }
         Ok(())
+    }
+
+    /// Make this a rank of a data-parallel run: each run sums `outputs` (the loss, the
+    /// gradients) over `share`'s ranks, each rank's values times its share of the global
+    /// batch, in buckets of about `bucket_bytes` started as the schedule computes them (host
+    /// steps of the Program: see `Program::collectives`). Returns false, scheduling nothing,
+    /// on targets that run the schedule without host steps (WGSL, the reference): sum the
+    /// outputs after the run there.
+    pub fn set_data_parallel(&mut self, outputs: &[String], bucket_bytes: usize, share: Share) -> Result<bool> {
+        self.runner.set_data_parallel(outputs, bucket_bytes, share)
+    }
+
+    /// This rank's share of the global batch for the next runs (see
+    /// [`Session::set_data_parallel`]).
+    pub fn set_share_weight(&mut self, weight: f64) {
+        self.runner.set_share_weight(weight);
     }
 
     /// Change the bound parameters in place where the target allows it (the CPU target):

@@ -7,6 +7,7 @@ use rustral_ir::Graph;
 use rustral_lowering::Program;
 use rustral_runtime::HostTensor;
 use rustral_runtime::cpu::{CpuProgram, KernelTime, Outputs, Storage};
+use rustral_runtime::exec::Share;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -67,6 +68,15 @@ pub(crate) trait Runner {
     fn update_params(&mut self, _f: &mut dyn FnMut(&str, &mut [f32])) -> Result<bool> {
         Ok(false)
     }
+
+    /// Sum `outputs` across ranks in the schedule (see `Session::set_data_parallel`); false
+    /// where the target runs its schedule without host steps (the caller sums after the run).
+    fn set_data_parallel(&mut self, _outputs: &[String], _bucket_bytes: usize, _share: Share) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// This rank's share of the next runs' global batch.
+    fn set_share_weight(&mut self, _weight: f64) {}
 
     /// Hold `values` on the target as run state (see [`crate::State`]).
     fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
@@ -191,6 +201,15 @@ impl Runner for CpuProgram {
         Ok(CpuProgram::update_params(self, f)?)
     }
 
+    fn set_data_parallel(&mut self, outputs: &[String], bucket_bytes: usize, share: Share) -> Result<bool> {
+        CpuProgram::set_data_parallel(self, outputs, bucket_bytes, share)?;
+        Ok(true)
+    }
+
+    fn set_share_weight(&mut self, weight: f64) {
+        CpuProgram::set_share_weight(self, weight);
+    }
+
     fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {
         Ok(State::Cpu(on_target(values, |t| Ok(self.upload(t)?))?))
     }
@@ -231,6 +250,15 @@ impl Runner for rustral_runtime::candle::CandleProgram {
 
     fn candle(&self) -> Option<&rustral_runtime::candle::CandleProgram> {
         Some(self)
+    }
+
+    fn set_data_parallel(&mut self, outputs: &[String], bucket_bytes: usize, share: Share) -> Result<bool> {
+        rustral_runtime::candle::CandleProgram::set_data_parallel(self, outputs, bucket_bytes, share)?;
+        Ok(true)
+    }
+
+    fn set_share_weight(&mut self, weight: f64) {
+        rustral_runtime::candle::CandleProgram::set_share_weight(self, weight);
     }
 
     fn new_state(&self, values: HashMap<String, HostTensor>) -> Result<State> {

@@ -42,6 +42,9 @@ pub struct RunManifest {
     pub steps: Vec<StepRecord>,
     /// Seconds from the first step to the last.
     pub wall_seconds: f64,
+    /// The data-parallel run this rank was part of (absent for one process).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<super::ParallelRecord>,
 }
 
 /// The optimizer and its hyperparameters.
@@ -121,6 +124,7 @@ impl RunManifest {
             dataset: vec![],
             steps: vec![],
             wall_seconds: 0.0,
+            parallel: None,
         }
     }
 
@@ -130,8 +134,28 @@ impl RunManifest {
         self.wall_seconds = seconds;
     }
 
-    /// Check against the schema, then write as pretty JSON.
+    /// Record the trainer's data-parallel run so far (rank, world, transport, buckets, time
+    /// spent communicating); nothing for a single process.
+    pub fn record_parallel(&mut self, trainer: &super::Trainer) {
+        self.parallel = trainer.parallel_record();
+    }
+
+    /// Where this rank writes a manifest meant for `path`: rank 0 (and a single process)
+    /// there, rank r beside it as `{stem}.rank{r}.json`, so ranks never write one file.
+    pub fn path_for_rank(&self, path: &Path) -> std::path::PathBuf {
+        match &self.parallel {
+            Some(p) if p.rank > 0 => {
+                let stem = path.file_stem().map_or_else(String::new, |s| s.to_string_lossy().into_owned());
+                path.with_file_name(format!("{stem}.rank{}.json", p.rank))
+            }
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// Check against the schema, then write as pretty JSON (each rank of a data-parallel run
+    /// to its own file: see [`RunManifest::path_for_rank`]).
     pub fn write(&self, path: &Path) -> Result<(), String> {
+        let path = &self.path_for_rank(path);
         let value = serde_json::to_value(self).map_err(|e| e.to_string())?;
         validate(&value).map_err(|e| format!("run manifest for {} does not validate:\n{e}", path.display()))?;
         if let Some(dir) = path.parent() {

@@ -10,8 +10,10 @@
 //! loss is read back; other targets rebind the updated values after each step.
 
 mod manifest;
+mod parallel;
 
 pub use manifest::{DatasetRecord, OptimizerRecord, RunManifest, StepRecord, validate as validate_manifest};
+pub use parallel::{BucketRecord, DEFAULT_BUCKET_BYTES, ParallelRecord};
 
 use crate::{CompileOptions, Result, Session, Target};
 use rayon::prelude::*;
@@ -207,11 +209,15 @@ pub struct Trainer {
     /// Parameters the step writes rather than learns (batch norm's running statistics): each
     /// with its output `update.{name}`, copied into it after every step.
     updates: Vec<ParamSpec>,
+    /// The data-parallel group this trainer is a rank of.
+    parallel: Option<parallel::Parallel>,
 }
 
 impl Trainer {
     /// Differentiate output `loss` of `traced` with respect to every parameter, compile the
-    /// step for `target`, and bind `params`.
+    /// step for `target`, and bind `params`. In a process an MPI launcher started (`mpirun`;
+    /// feature `mpi`), the trainer is that rank of a data-parallel run: see
+    /// [`Trainer::with_collective`].
     pub fn new(
         traced: &Traced,
         loss: &str,
@@ -239,7 +245,7 @@ impl Trainer {
         let mut session = Session::compile(&g, target, options)?;
         session.bind(&params)?;
         let state = specs.iter().map(|p| (p.name.clone(), (vec![0.0; p.numel()], vec![0.0; p.numel()]))).collect();
-        Ok(Trainer {
+        let mut trainer = Trainer {
             session,
             specs,
             params,
@@ -252,10 +258,17 @@ impl Trainer {
             host_stale: false,
             rng_step,
             updates,
-        })
+            parallel: None,
+        };
+        if let Some(comm) = parallel::from_env()? {
+            trainer.join(comm, parallel::bucket_bytes()?)?;
+        }
+        Ok(trainer)
     }
 
     /// One step on a batch (the graph's inputs by name): returns the loss before the update.
+    /// Data-parallel, `batch` is the global batch: each rank runs its share of the rows and
+    /// the loss returned is the global batch's.
     /// On the WGSL target the update runs on the device (in f32) and only the loss is read
     /// back; elsewhere the optimizer runs on the host in f64. A model with dropout gets the
     /// step's number as `rng_step` (unless the batch sets it), so each step draws new masks
@@ -268,6 +281,16 @@ impl Trainer {
             &with_step[..]
         } else {
             batch
+        };
+        // Data-parallel: this rank's rows of the global batch, and their share of it.
+        let sharded;
+        let (batch, weight) = if self.parallel.is_some() {
+            let (rows, weight) = self.shard(batch)?;
+            sharded = rows;
+            self.session.set_share_weight(weight);
+            (&sharded[..], weight)
+        } else {
+            (batch, 1.0)
         };
         #[cfg(feature = "wgsl")]
         if self.on_device {
@@ -301,7 +324,8 @@ impl Trainer {
                 return Ok(loss);
             }
         }
-        let out = self.session.run(batch)?;
+        let mut out = self.session.run(batch)?;
+        self.sum_after_run(&mut out, weight)?;
         let value = |name: &str| out.iter().find(|(n, _)| n == name).map(|(_, t)| t.to_vec());
         let loss = value(&self.loss).map_or(f64::NAN, |v| v[0]);
         self.step += 1;
@@ -380,8 +404,11 @@ impl Trainer {
 
     /// Write the parameters, the optimizer state (`optimizer.{m,v}.<name>`, f64) and the step
     /// count (`optimizer.step`) to a safetensors file (read back from the device first when
-    /// they live there).
+    /// they live there). Data-parallel, only rank 0 writes (every rank holds the same state).
     pub fn save_checkpoint(&mut self, path: &Path) -> Result<()> {
+        if self.rank() != 0 {
+            return Ok(());
+        }
         self.sync_from_device()?;
         let mut store = self.params.clone();
         for (name, (m, v)) in &self.state {
@@ -396,7 +423,8 @@ impl Trainer {
         Ok(store.save_safetensors(path)?)
     }
 
-    /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model.
+    /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model,
+    /// with any number of ranks (data-parallel, every rank reads it and takes rank 0's).
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
         let mut specs = self.specs.clone();
         specs.extend(self.updates.iter().cloned());
@@ -428,6 +456,6 @@ impl Trainer {
             }
         }
         self.host_stale = false;
-        Ok(())
+        self.take_root_state()
     }
 }
