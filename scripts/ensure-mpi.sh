@@ -19,7 +19,7 @@ if ! have && command -v apt-get >/dev/null 2>&1; then
             openmpi-bin libopenmpi-dev libclang-dev; } >&2 || echo "could not install Open MPI" >&2
     fi
 fi
-if ! command -v mpirun >/dev/null 2>&1; then
-    echo "Open MPI is missing: install openmpi-bin libopenmpi-dev libclang-dev (or build without --features mpi)" >&2
+if ! have; then
+    echo "Open MPI or libclang is missing: install openmpi-bin libopenmpi-dev libclang-dev (or build without --features mpi)" >&2
     exit 1
 fi

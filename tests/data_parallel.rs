@@ -164,7 +164,8 @@ fn a_two_rank_checkpoint_resumes_on_one_rank_on_the_same_trajectory() {
     assert_eq!(resumed.steps(), 6);
     let rest: Vec<f64> = batches[6..].iter().map(|b| resumed.step(b).unwrap()).collect();
     close(&rest, &runs[0][6..]).unwrap();
-    // And a one-process checkpoint resumes on two ranks.
+    // And a one-process checkpoint resumes on two ranks; rank 0 alone reads it (rank 1 is
+    // given a path that does not exist: no shared file system needed).
     let mut single = digits_trainer(&[64, 128, 10], STEPS);
     for b in &batches[..6] {
         single.step(b).unwrap();
@@ -175,7 +176,9 @@ fn a_two_rank_checkpoint_resumes_on_one_rank_on_the_same_trajectory() {
         2,
         DEFAULT_BUCKET,
         move |mut t| {
-            t.load_checkpoint(&p).unwrap();
+            let path = if t.rank() == 0 { p.clone() } else { p.with_file_name("elsewhere.safetensors") };
+            t.load_checkpoint(&path).unwrap();
+            assert_eq!(t.steps(), 6);
             b[6..].iter().map(|batch| t.step(batch).unwrap()).collect::<Vec<f64>>()
         },
         || digits_trainer(&[64, 128, 10], STEPS),
@@ -238,4 +241,40 @@ fn a_batch_smaller_than_the_group_is_an_error() {
     for err in runs {
         assert!(err.contains("a global batch of 2 rows cannot be split over 3 ranks"), "{err}");
     }
+}
+
+#[test]
+fn a_rank_whose_step_fails_leaves_its_group_with_named_errors() {
+    let group = local_group(2, Duration::from_millis(1500)).unwrap();
+    let batches = digits_batches(2);
+    let handles: Vec<_> = group
+        .into_iter()
+        .map(|comm| {
+            let b = batches.clone();
+            std::thread::spawn(move || {
+                let mut t = digits_trainer(&[64, 128, 10], 10).with_collective(comm, DEFAULT_BUCKET).unwrap();
+                let first = if t.rank() == 1 {
+                    // A label out of range: this rank's step fails before its sums.
+                    let x = b[0][0].1.clone();
+                    let y = HostTensor::new(DType::I64, &[64], vec![99.0; 64]).unwrap();
+                    t.step(&[("x", x), ("y", y)])
+                } else {
+                    t.step(&b[0])
+                };
+                let second = t.step(&b[1]);
+                (first.map_err(|e| e.to_string()), second.map_err(|e| e.to_string()))
+            })
+        })
+        .collect();
+    let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let (first0, second0) = &results[0];
+    let (first1, second1) = &results[1];
+    // Rank 0 waited for rank 1 in its first sum; both are out of step after it.
+    assert!(first0.as_ref().unwrap_err().contains("`all_reduce.0` timed out after 1.5 s"), "{first0:?}");
+    assert!(first1.is_err(), "{first1:?}");
+    assert!(second0.as_ref().unwrap_err().contains("out of step with the others"), "{second0:?}");
+    assert!(
+        second1.as_ref().unwrap_err().contains("out of step with the others: step 1 failed on rank 1"),
+        "{second1:?}"
+    );
 }

@@ -82,7 +82,7 @@ pub struct Collective {
     pub name: String,
     /// The outputs it sums, by name.
     pub outputs: Vec<String>,
-    /// Their buffers.
+    /// Their buffers, each once (outputs may share one).
     pub buffers: Vec<usize>,
     /// Start after this kernel.
     pub after: Option<usize>,
@@ -111,36 +111,40 @@ impl Program {
         for (k, kernel) in self.kernels.iter().enumerate() {
             producer[kernel.output] = Some(k);
         }
-        let mut members = Vec::with_capacity(outputs.len());
+        // Per distinct buffer: its producer, the outputs that read it, the buffer. Outputs
+        // that CSE merged into one buffer (the zero gradients of two unused parameters of one
+        // shape) are summed once.
+        let mut members: Vec<(Option<usize>, Vec<String>, usize)> = Vec::with_capacity(outputs.len());
         for name in outputs {
             let fail = |reason: &str| ScheduleError { output: name.clone(), reason: reason.into() };
             let &(_, b) = self.outputs.iter().find(|(n, _)| n == name).ok_or_else(|| fail("no such output"))?;
             if !self.buffers[b].ty.dtype.is_float() {
                 return Err(fail("only float outputs are summed"));
             }
-            if members.iter().any(|&(_, _, m)| m == b) {
-                return Err(fail("its buffer is another summed output's"));
+            match members.iter_mut().find(|(_, _, m)| *m == b) {
+                Some((_, names, _)) if names.contains(name) => return Err(fail("it is asked for twice")),
+                Some((_, names, _)) => names.push(name.clone()),
+                None => members.push((producer[b], vec![name.clone()], b)),
             }
-            members.push((producer[b], name.clone(), b));
         }
         // Schedule order; values that no kernel computes first. Stable, so ties keep the
         // caller's order.
         members.sort_by_key(|&(k, ..)| k.map_or(0, |k| k + 1));
         let mut collectives: Vec<Collective> = Vec::new();
-        for (after, name, b) in members {
+        for (after, names, b) in members {
             let ty = &self.buffers[b].ty;
             let numel: usize = ty.shape.0.iter().map(|d| d.as_static().unwrap_or(1)).product();
             let bytes = numel * ty.dtype.size_bytes();
             match collectives.last_mut() {
                 Some(c) if c.bytes < bucket_bytes => {
-                    c.outputs.push(name);
+                    c.outputs.extend(names);
                     c.buffers.push(b);
                     c.after = c.after.max(after);
                     c.bytes += bytes;
                 }
                 _ => collectives.push(Collective {
                     name: format!("all_reduce.{}", collectives.len()),
-                    outputs: vec![name],
+                    outputs: names,
                     buffers: vec![b],
                     after,
                     bytes,

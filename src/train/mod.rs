@@ -260,8 +260,11 @@ impl Trainer {
             updates,
             parallel: None,
         };
+        // The environment is read before MPI starts, so a bad setting fails this rank alone
+        // and at once, not the others at their first collective's timeout.
+        let bucket_bytes = parallel::bucket_bytes()?;
         if let Some(comm) = parallel::from_env()? {
-            trainer.join(comm, parallel::bucket_bytes()?)?;
+            trainer.join(comm, bucket_bytes)?;
         }
         Ok(trainer)
     }
@@ -274,9 +277,21 @@ impl Trainer {
     /// step's number as `rng_step` (unless the batch sets it), so each step draws new masks
     /// and a resumed run draws the same ones as an unbroken run.
     pub fn step(&mut self, batch: &[(&str, HostTensor)]) -> Result<f64> {
+        let r = self.step_inner(batch);
+        if let (Err(e), Some(par)) = (&r, &self.parallel) {
+            // The other ranks may be waiting in this step's collectives: this rank is out of
+            // step with them, and later steps fail at once (theirs at their timeout).
+            par.comm.poison(&format!("step {} failed on rank {}: {e}", self.step + 1, par.comm.rank()));
+        }
+        r
+    }
+
+    fn step_inner(&mut self, batch: &[(&str, HostTensor)]) -> Result<f64> {
         let with_step: Vec<(&str, HostTensor)>;
         let batch = if self.rng_step && !batch.iter().any(|(n, _)| *n == rustral_frontend::RNG_STEP) {
-            let step = HostTensor::new(DType::I64, &[], vec![self.step as f64]).expect("one value fills a scalar");
+            // Data-parallel, each rank draws its own masks (one stream per step and rank).
+            let stream = self.step * self.world() + self.rank();
+            let step = HostTensor::new(DType::I64, &[], vec![stream as f64]).expect("one value fills a scalar");
             with_step = batch.iter().cloned().chain([(rustral_frontend::RNG_STEP, step)]).collect();
             &with_step[..]
         } else {
@@ -392,7 +407,8 @@ impl Trainer {
         self.step
     }
 
-    /// The compiled step (its graph, statistics, program).
+    /// The compiled step (its graph, statistics, program). Data-parallel, each of its runs
+    /// sums outputs across the ranks, so every rank must run it the same number of times.
     pub fn session(&self) -> &Session {
         &self.session
     }
@@ -406,9 +422,13 @@ impl Trainer {
     /// count (`optimizer.step`) to a safetensors file (read back from the device first when
     /// they live there). Data-parallel, only rank 0 writes (every rank holds the same state).
     pub fn save_checkpoint(&mut self, path: &Path) -> Result<()> {
-        if self.rank() != 0 {
-            return Ok(());
-        }
+        let written = if self.rank() == 0 { self.write_checkpoint(path) } else { Ok(()) };
+        // Every rank waits for rank 0's write, so none reads a half-written file.
+        self.agree("checkpoint written by rank 0", written.is_err(), path)?;
+        written
+    }
+
+    fn write_checkpoint(&mut self, path: &Path) -> Result<()> {
         self.sync_from_device()?;
         let mut store = self.params.clone();
         for (name, (m, v)) in &self.state {
@@ -426,6 +446,26 @@ impl Trainer {
     /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model,
     /// with any number of ranks (data-parallel, every rank reads it and takes rank 0's).
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
+        // Data-parallel, rank 0 alone reads it (no shared file system needed) and the others
+        // take its state.
+        let read = if self.rank() == 0 { self.read_checkpoint(path) } else { Ok(()) };
+        self.agree("checkpoint read by rank 0", read.is_err(), path)?;
+        read?;
+        self.take_root_state()
+    }
+
+    /// Data-parallel: whether rank 0 `failed` at a checkpoint, on every rank (an error on the
+    /// ranks that did not fail).
+    fn agree(&self, what: &str, failed: bool, path: &Path) -> Result<()> {
+        let Some(par) = &self.parallel else { return Ok(()) };
+        let failures = par.comm.sum(what, vec![f64::from(u8::from(failed))])?[0];
+        if failures > 0.0 && !failed {
+            return Err(crate::Error::Usage(format!("rank 0 failed at the checkpoint {}", path.display())));
+        }
+        Ok(())
+    }
+
+    fn read_checkpoint(&mut self, path: &Path) -> Result<()> {
         let mut specs = self.specs.clone();
         specs.extend(self.updates.iter().cloned());
         for p in &self.specs {
@@ -456,6 +496,6 @@ impl Trainer {
             }
         }
         self.host_stale = false;
-        self.take_root_state()
+        Ok(())
     }
 }

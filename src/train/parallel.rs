@@ -40,6 +40,8 @@ pub(super) struct Parallel {
     pub(super) buckets: Vec<BucketRecord>,
     /// Communication time when the run began.
     pub(super) start: CommTime,
+    /// The step's inputs whose first dim is symbolic: the batched ones, split by rows.
+    pub(super) batched: Vec<String>,
 }
 
 /// One bucket of a data-parallel step, as a run manifest records it.
@@ -141,16 +143,37 @@ impl Trainer {
         let mut summed = vec![self.loss.clone()];
         summed.extend(self.specs.iter().map(|p| rustral_passes::grad::grad_output_name(&p.name)));
         summed.extend(self.updates.iter().map(|p| format!("{}{}", rustral_frontend::UPDATE, p.name)));
-        let mut hash = Sha256::new();
-        hash.update(rustral_ir::print(self.session.graph()).as_bytes());
-        for s in &summed {
-            hash.update(s.as_bytes());
-            hash.update([0]);
-        }
-        let words: Vec<u32> = hash.finalize().chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
-        comm.check_same("the compiled training step's hash", &words)?;
+        let graph = self.session.graph();
+        let batched: Vec<String> = graph
+            .inputs()
+            .into_iter()
+            .filter(|(_, id)| {
+                graph.node(*id).is_some_and(|n| matches!(n.ty.shape.0.first(), Some(rustral_ir::Dim::Sym(_))))
+            })
+            .map(|(name, _)| name)
+            .collect();
         let share = Share { comm: comm.clone(), weight: 1.0 };
         let scheduled = self.session.set_data_parallel(&summed, bucket_bytes, share)?;
+        // The ranks must run the same collectives in the same order: compare the step's IR,
+        // what it sums, and the Program's buckets.
+        let mut hash = Sha256::new();
+        hash.update(rustral_ir::print(self.session.graph()).as_bytes());
+        let mut described = format!("summed {summed:?} batched {batched:?} bucket_bytes {bucket_bytes}");
+        if let Some(p) = self.session.program().filter(|_| scheduled) {
+            for c in &p.collectives {
+                described += &format!(" {}: {:?} {} after {:?}", c.name, c.outputs, c.bytes, c.after);
+            }
+        }
+        hash.update(described.as_bytes());
+        let words: Vec<u32> = hash.finalize().chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        comm.check_same("the compiled training step's hash", &words)?;
+        if batched.is_empty() {
+            return Err(Error::Usage(
+                "data-parallel training splits the batch by rows, but no input of this step has a symbolic \
+                 first dim (trace the batch dim as Dim::sym)"
+                    .into(),
+            ));
+        }
         let buckets = self.session.program().filter(|_| scheduled).map_or_else(Vec::new, |p| {
             p.collectives
                 .iter()
@@ -165,7 +188,7 @@ impl Trainer {
         // The device step reads back only the loss; the sums need the gradients on the host.
         self.on_device = false;
         let start = comm.time();
-        self.parallel = Some(Parallel { comm, bucket_bytes, summed, scheduled, buckets, start });
+        self.parallel = Some(Parallel { comm, bucket_bytes, summed, scheduled, buckets, start, batched });
         self.take_root_state()
     }
 
@@ -205,13 +228,21 @@ impl Trainer {
         Ok(())
     }
 
-    /// This rank's rows of a global batch: every input with the batch's leading dim is cut to
-    /// the rank's contiguous share (rank r of w takes rows `r*n/w .. (r+1)*n/w`); other inputs
-    /// (scalars) pass whole. Returns them with the rank's share of the rows.
+    /// This rank's rows of a global batch: every batched input (its first dim symbolic in the
+    /// step) is cut to the rank's contiguous share (rank r of w takes rows `r*n/w ..
+    /// (r+1)*n/w`); other inputs pass whole. Returns them with the rank's share of the rows,
+    /// by which its loss and gradients are scaled: right for a loss that is a mean over rows
+    /// (as `cross_entropy` and the other `nn` losses are), not for a sum.
     pub(super) fn shard<'a>(&self, batch: &[(&'a str, HostTensor)]) -> Result<(Vec<(&'a str, HostTensor)>, f64)> {
         let Some(par) = &self.parallel else { return Ok((batch.to_vec(), 1.0)) };
         let (rank, world) = (par.comm.rank(), par.comm.world());
-        let rows = batch.iter().filter(|(_, t)| !t.shape().is_empty()).map(|(_, t)| t.shape()[0]).max().unwrap_or(0);
+        let is_batched = |name: &str| par.batched.iter().any(|b| b == name);
+        let rows = batch
+            .iter()
+            .filter(|(n, t)| is_batched(n) && !t.shape().is_empty())
+            .map(|(_, t)| t.shape()[0])
+            .max()
+            .unwrap_or(0);
         if rows < world {
             return Err(Error::Usage(format!(
                 "a global batch of {rows} rows cannot be split over {world} ranks (each needs at least one row)"
@@ -220,7 +251,7 @@ impl Trainer {
         let (from, to) = (rank * rows / world, (rank + 1) * rows / world);
         let mut out = Vec::with_capacity(batch.len());
         for (name, t) in batch {
-            if t.shape().is_empty() {
+            if !is_batched(name) || t.shape().is_empty() {
                 out.push((*name, t.clone()));
                 continue;
             }

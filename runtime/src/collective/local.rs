@@ -123,6 +123,12 @@ mod tests {
         let text = err.to_string();
         assert!(matches!(err, CollectiveError::Timeout { rank: 0, world: 2, .. }), "{text}");
         assert!(text.contains("`all_reduce.0` timed out"), "{text}");
+        // Out of step now: the next collective fails at once instead of pairing with the
+        // other rank's next call.
+        let start = std::time::Instant::now();
+        let err = group[0].sum("all_reduce.1", vec![1.0]).unwrap_err().to_string();
+        assert!(start.elapsed() < Duration::from_millis(150), "{err}");
+        assert!(err.contains("out of step with the others: `all_reduce.0` timed out"), "{err}");
     }
 
     #[test]

@@ -145,6 +145,9 @@ struct Inner {
     time: Arc<Mutex<CommTime>>,
     /// A collective timed out: the thread may be stuck in the transport for good.
     stalled: std::sync::atomic::AtomicBool,
+    /// Why this rank is out of step with the others (a timeout, a failed step), if it is:
+    /// every later collective fails at once with it rather than pairing with the wrong call.
+    broken: Mutex<Option<String>>,
 }
 
 impl Drop for Inner {
@@ -237,6 +240,7 @@ impl Collective {
                 done: Mutex::new(Some(done)),
                 time,
                 stalled: Default::default(),
+                broken: Mutex::new(None),
             }),
         })
     }
@@ -266,7 +270,22 @@ impl Collective {
         *self.inner.time.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Mark this rank out of step with the others (its step failed halfway through the
+    /// schedule's collectives): every later collective fails at once with `reason`.
+    pub fn poison(&self, reason: &str) {
+        let mut broken = self.inner.broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        broken.get_or_insert_with(|| reason.to_string());
+    }
+
     fn submit(&self, what: &str, job: impl FnOnce(Reply) -> Job) -> Pending {
+        let broken = self.inner.broken.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+        if let Some(reason) = broken {
+            return Pending {
+                what: what.into(),
+                rx: Err(format!("this rank is out of step with the others: {reason}")),
+                comm: self.clone(),
+            };
+        }
         let (reply, rx) = channel();
         let sent = self
             .inner
@@ -275,7 +294,8 @@ impl Collective {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .as_ref()
             .is_some_and(|jobs| jobs.send(job(reply)).is_ok());
-        Pending { what: what.into(), rx: sent.then_some(rx), comm: self.clone() }
+        let rx = if sent { Ok(rx) } else { Err("the communication thread has stopped".to_string()) };
+        Pending { what: what.into(), rx, comm: self.clone() }
     }
 
     /// Start summing `data` over the ranks; returns at once. `what` names it in errors.
@@ -320,7 +340,7 @@ impl Collective {
 /// A collective under way.
 pub struct Pending {
     what: String,
-    rx: Option<Receiver<Result<Vec<f64>, String>>>,
+    rx: Result<Receiver<Result<Vec<f64>, String>>, String>,
     comm: Collective,
 }
 
@@ -335,13 +355,15 @@ impl Pending {
             what: self.what.clone(),
             message,
         };
-        let Some(rx) = &self.rx else {
-            return Err(failed("the communication thread has stopped".into()));
+        let rx = match &self.rx {
+            Ok(rx) => rx,
+            Err(why) => return Err(failed(why.clone())),
         };
         let r = match rx.recv_timeout(c.timeout) {
             Ok(r) => r.map_err(failed),
             Err(RecvTimeoutError::Timeout) => Err({
                 c.stalled.store(true, std::sync::atomic::Ordering::Relaxed);
+                self.comm.poison(&format!("`{}` timed out", self.what));
                 CollectiveError::Timeout {
                     backend: c.backend.clone(),
                     rank: c.rank,

@@ -1,7 +1,8 @@
 //! NCCL ranks for CUDA devices (cudarc's bindings, loaded at run time, so the build needs no
 //! CUDA toolkit). The processes come from an MPI launcher, and MPI carries NCCL's unique id
 //! from rank 0 to the others, as NCCL's own examples do. Each rank uses the CUDA device of
-//! its local rank (`OMPI_COMM_WORLD_LOCAL_RANK`) unless `RUSTRAL_CUDA_DEVICE` names one.
+//! its local rank (Open MPI's `OMPI_COMM_WORLD_LOCAL_RANK`, MPICH's `MPI_LOCALRANKID`,
+//! Slurm's `SLURM_LOCALID`) unless `RUSTRAL_CUDA_DEVICE` names one.
 //!
 //! The executor packs each bucket on the host, so a sum here is a copy to the device, NCCL's
 //! all-reduce, and a copy back. Compiled in CI; not yet run on GPUs (no multi-GPU machine was
@@ -52,7 +53,10 @@ pub fn from_env() -> Result<Option<Collective>, CollectiveError> {
     let (rank, world) = (mpi.rank(), mpi.world());
     let setup = |message: String| CollectiveError::Setup { backend: "nccl".into(), message };
     let read = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<usize>().ok());
-    let device = read("RUSTRAL_CUDA_DEVICE").or_else(|| read("OMPI_COMM_WORLD_LOCAL_RANK")).unwrap_or(0);
+    let device = ["RUSTRAL_CUDA_DEVICE", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]
+        .iter()
+        .find_map(|v| read(v))
+        .unwrap_or(0);
     // Rank 0 makes the id (128 bytes); MPI carries it to the others. A rank 0 that cannot
     // make one sends zeros, and every rank fails.
     let made = if rank == 0 { Some(Id::new().map_err(|e| format!("ncclGetUniqueId: {e:?}"))) } else { None };
