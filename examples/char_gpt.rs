@@ -1,6 +1,7 @@
 //! A small character-level GPT-2 (2 layers, width 64) trained with AdamW on a text file, on the
 //! CPU target: a progress bar with the loss against the unigram baseline, then the final loss
-//! and a 200-character sample.
+//! and a 200-character sample; the run manifest goes to `target/runs/char_gpt.json` (under
+//! `mpirun`, rank r > 0's beside it as `char_gpt.rank{r}.json`).
 //!
 //! `cargo run --release --example char_gpt [-- TEXT_FILE [STEPS]]` (the text defaults to
 //! `examples/data/char_gpt.txt`, a frozen copy of docs/architecture.md that does not change
@@ -34,6 +35,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             100.0 * p.comm_wait_seconds / out.train_seconds
         );
     }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/runs/char_gpt.json");
+    out.manifest.write(&path)?;
+    eprintln!("run manifest: {}", out.manifest.path_for_rank(&path).display());
     println!("final loss {:.3} nats/char (unigram baseline {:.3})", out.final_loss, out.unigram);
     println!("sample: {}", out.sample);
     Ok(())

@@ -16,7 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/digits"));
     let (acc, manifest) = training::digits::train(&dir, 30, true)?;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/runs/train_digits.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/runs/train_digits.json");
     manifest.write(&path)?;
     eprintln!("run manifest: {}", manifest.path_for_rank(&path).display());
     let last = manifest.steps.last().map_or(f64::NAN, |s| s.loss);

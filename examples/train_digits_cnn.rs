@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let (acc, manifest) = training::digits::train_net(&dir, training::digits::CNN, target, 15, true)?;
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/runs/train_digits_cnn.json");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/runs/train_digits_cnn.json");
     manifest.write(&path)?;
     eprintln!("run manifest: {}", path.display());
     println!("test_accuracy {acc:.3}");

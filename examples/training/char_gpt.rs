@@ -6,7 +6,7 @@ use rustral::frontend::nn::cross_entropy;
 use rustral::frontend::{ParamStore, ShapePolicy, TraceOptions, trace_named};
 use rustral::models::{Gpt2, Gpt2Config};
 use rustral::prelude::*;
-use rustral::train::{Optimizer, Schedule, Trainer};
+use rustral::train::{Optimizer, RunManifest, Schedule, Trainer};
 
 /// What a run ends with.
 pub struct Outcome {
@@ -22,6 +22,9 @@ pub struct Outcome {
     pub parallel: Option<rustral::train::ParallelRecord>,
     /// Seconds the training steps took.
     pub train_seconds: f64,
+    /// The run's manifest: every step's loss and time, and the data-parallel run's buckets
+    /// and communication time.
+    pub manifest: RunManifest,
 }
 
 /// Deterministic xorshift64 for windows and sampling.
@@ -104,7 +107,14 @@ pub fn train_ranked(
     let options = CompileOptions::default();
     let schedule = Schedule::WarmupCosine { warmup: steps / 10, total: steps, min_factor: 0.1 };
     let params = ParamStore::init(&train.params, 0);
-    let mut trainer = Trainer::new(&train, "loss", Target::Cpu, &options, Optimizer::adamw(3e-3), schedule, params)?;
+    let optimizer = Optimizer::adamw(3e-3);
+    let mut trainer = Trainer::new(&train, "loss", Target::Cpu, &options, optimizer, schedule, params)?;
+    let config = serde_json::json!({
+        "vocab_size": chars.len(), "n_embd": 64, "n_layer": 2, "n_head": 4, "window": window,
+        "batch_size": batch, "steps": steps, "threads": options.threads,
+    });
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut manifest = RunManifest::new("char_gpt", "cpu", "O2", config, optimizer, schedule, root);
     if let Some((comm, bucket_bytes)) = group {
         trainer = trainer.with_collective(comm, bucket_bytes)?;
     }
@@ -126,6 +136,7 @@ pub fn train_ranked(
         let y = HostTensor::new(DType::I64, &[batch, window], y)?;
         let loss = trainer.step(&[("input_ids", x), ("targets", y)])?;
         last.push(loss);
+        manifest.step(loss, start.elapsed().as_secs_f64());
         bar.set_message(format!("{loss:.3} (unigram {unigram:.3})"));
         bar.inc(1);
     }
@@ -163,5 +174,6 @@ pub fn train_ranked(
         sample.push(chars[next]);
     }
     let parallel = trainer.parallel_record();
-    Ok(Outcome { final_loss, unigram, sample, losses: last, parallel, train_seconds })
+    manifest.record_parallel(&trainer);
+    Ok(Outcome { final_loss, unigram, sample, losses: last, parallel, train_seconds, manifest })
 }

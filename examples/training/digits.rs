@@ -89,9 +89,9 @@ pub fn train_ranked(
     config["epochs"] = serde_json::json!(epochs);
     config["batch_size"] = serde_json::json!(batch_size);
     config["seed"] = serde_json::json!(0);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let target_name = format!("{target:?}").to_lowercase();
-    let mut manifest = RunManifest::new(name, &target_name, "O2", config, optimizer, schedule, &root);
+    let mut manifest = RunManifest::new(name, &target_name, "O2", config, optimizer, schedule, root);
     manifest.dataset = vec![DatasetRecord::of(&dir.join("train.csv"))?, DatasetRecord::of(&dir.join("test.csv"))?];
     let start = std::time::Instant::now();
     let mut session = Session::compile(&infer.graph, target, &options)?;
