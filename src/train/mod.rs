@@ -299,8 +299,8 @@ impl Trainer {
         };
         // Data-parallel: this rank's rows of the global batch, and their share of it.
         let sharded;
-        let (batch, weight) = if self.parallel.is_some() {
-            let (rows, weight) = self.shard(batch)?;
+        let (batch, weight) = if let Some(par) = &self.parallel {
+            let (rows, weight) = par.shard(batch)?;
             sharded = rows;
             self.session.set_share_weight(weight);
             (&sharded[..], weight)
@@ -444,7 +444,8 @@ impl Trainer {
     }
 
     /// Resume from a checkpoint written by [`Trainer::save_checkpoint`] for the same model,
-    /// with any number of ranks (data-parallel, every rank reads it and takes rank 0's).
+    /// with any number of ranks (data-parallel, rank 0 reads it and the others take its
+    /// state).
     pub fn load_checkpoint(&mut self, path: &Path) -> Result<()> {
         // Data-parallel, rank 0 alone reads it (no shared file system needed) and the others
         // take its state.

@@ -36,8 +36,6 @@ pub(super) struct Parallel {
     pub(super) summed: Vec<String>,
     /// The target sums in its schedule; else the trainer sums after each run.
     pub(super) scheduled: bool,
-    /// The Program's buckets, for manifests.
-    pub(super) buckets: Vec<BucketRecord>,
     /// Communication time when the run began.
     pub(super) start: CommTime,
     /// The step's inputs whose first dim is symbolic: the batched ones, split by rows.
@@ -127,6 +125,51 @@ pub(super) fn from_env() -> Result<Option<Collective>> {
     }
 }
 
+impl Parallel {
+    /// This rank's rows of a global batch: every batched input (its first dim symbolic in the
+    /// step) is cut to the rank's contiguous share (rank r of w takes rows `r*n/w ..
+    /// (r+1)*n/w`); other inputs pass whole. Returns them with the rank's share of the rows,
+    /// by which its loss and gradients are scaled: right for a loss that is a mean over rows
+    /// (as `cross_entropy` and the other `nn` losses are), not for a sum.
+    pub(super) fn shard<'a>(&self, batch: &[(&'a str, HostTensor)]) -> Result<(Vec<(&'a str, HostTensor)>, f64)> {
+        let (rank, world) = (self.comm.rank(), self.comm.world());
+        let is_batched = |name: &str| self.batched.iter().any(|b| b == name);
+        let rows = batch
+            .iter()
+            .filter(|(n, t)| is_batched(n) && !t.shape().is_empty())
+            .map(|(_, t)| t.shape()[0])
+            .max()
+            .unwrap_or(0);
+        if rows < world {
+            return Err(Error::Usage(format!(
+                "a global batch of {rows} rows cannot be split over {world} ranks (each needs at least one row)"
+            )));
+        }
+        let (from, to) = (rank * rows / world, (rank + 1) * rows / world);
+        let mut out = Vec::with_capacity(batch.len());
+        for (name, t) in batch {
+            if !is_batched(name) || t.shape().is_empty() {
+                out.push((*name, t.clone()));
+                continue;
+            }
+            if t.shape()[0] != rows {
+                return Err(Error::Usage(format!(
+                    "input `{name}` has {} rows, the batch's other inputs {rows}: data-parallel training splits \
+                     every batched input by its first dim",
+                    t.shape()[0]
+                )));
+            }
+            let row: usize = t.shape()[1..].iter().product();
+            let values = t.to_vec()[from * row..to * row].to_vec();
+            let mut shape = t.shape().to_vec();
+            shape[0] = to - from;
+            let part = HostTensor::new(t.dtype, &shape, values).map_err(|e| Error::Usage(e.to_string()))?;
+            out.push((*name, part));
+        }
+        Ok((out, (to - from) as f64 / rows as f64))
+    }
+}
+
 impl Trainer {
     /// Train data-parallel on `comm`'s ranks (each rank calls this with its own handle): the
     /// ranks check that they compiled the same step, take rank 0's parameters and optimizer
@@ -158,13 +201,10 @@ impl Trainer {
         // what it sums, and the Program's buckets.
         let mut hash = Sha256::new();
         hash.update(rustral_ir::print(self.session.graph()).as_bytes());
-        let mut described = format!("summed {summed:?} batched {batched:?} bucket_bytes {bucket_bytes}");
-        if let Some(p) = self.session.program().filter(|_| scheduled) {
-            for c in &p.collectives {
-                described += &format!(" {}: {:?} {} after {:?}", c.name, c.outputs, c.bytes, c.after);
-            }
-        }
-        hash.update(described.as_bytes());
+        let buckets = if scheduled { self.buckets() } else { Vec::new() };
+        hash.update(
+            format!("summed {summed:?} batched {batched:?} bucket_bytes {bucket_bytes} {buckets:?}").as_bytes(),
+        );
         let words: Vec<u32> = hash.finalize().chunks(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
         comm.check_same("the compiled training step's hash", &words)?;
         if batched.is_empty() {
@@ -174,22 +214,26 @@ impl Trainer {
                     .into(),
             ));
         }
-        let buckets = self.session.program().filter(|_| scheduled).map_or_else(Vec::new, |p| {
-            p.collectives
-                .iter()
-                .map(|c| BucketRecord {
-                    name: c.name.clone(),
-                    outputs: c.outputs.clone(),
-                    bytes: c.bytes,
-                    after_kernel: c.after,
-                })
-                .collect()
-        });
         // The device step reads back only the loss; the sums need the gradients on the host.
         self.on_device = false;
         let start = comm.time();
-        self.parallel = Some(Parallel { comm, bucket_bytes, summed, scheduled, buckets, start, batched });
+        self.parallel = Some(Parallel { comm, bucket_bytes, summed, scheduled, start, batched });
         self.take_root_state()
+    }
+
+    /// The Program's cross-rank sums (empty where the target has no Program or sums after the
+    /// step).
+    fn buckets(&self) -> Vec<BucketRecord> {
+        let collectives = self.session.program().map_or(&[][..], |p| &p.collectives[..]);
+        collectives
+            .iter()
+            .map(|c| BucketRecord {
+                name: c.name.clone(),
+                outputs: c.outputs.clone(),
+                bytes: c.bytes,
+                after_kernel: c.after,
+            })
+            .collect()
     }
 
     /// Replace the parameters, written parameters, optimizer state and step count by rank 0's.
@@ -228,50 +272,6 @@ impl Trainer {
         Ok(())
     }
 
-    /// This rank's rows of a global batch: every batched input (its first dim symbolic in the
-    /// step) is cut to the rank's contiguous share (rank r of w takes rows `r*n/w ..
-    /// (r+1)*n/w`); other inputs pass whole. Returns them with the rank's share of the rows,
-    /// by which its loss and gradients are scaled: right for a loss that is a mean over rows
-    /// (as `cross_entropy` and the other `nn` losses are), not for a sum.
-    pub(super) fn shard<'a>(&self, batch: &[(&'a str, HostTensor)]) -> Result<(Vec<(&'a str, HostTensor)>, f64)> {
-        let Some(par) = &self.parallel else { return Ok((batch.to_vec(), 1.0)) };
-        let (rank, world) = (par.comm.rank(), par.comm.world());
-        let is_batched = |name: &str| par.batched.iter().any(|b| b == name);
-        let rows = batch
-            .iter()
-            .filter(|(n, t)| is_batched(n) && !t.shape().is_empty())
-            .map(|(_, t)| t.shape()[0])
-            .max()
-            .unwrap_or(0);
-        if rows < world {
-            return Err(Error::Usage(format!(
-                "a global batch of {rows} rows cannot be split over {world} ranks (each needs at least one row)"
-            )));
-        }
-        let (from, to) = (rank * rows / world, (rank + 1) * rows / world);
-        let mut out = Vec::with_capacity(batch.len());
-        for (name, t) in batch {
-            if !is_batched(name) || t.shape().is_empty() {
-                out.push((*name, t.clone()));
-                continue;
-            }
-            if t.shape()[0] != rows {
-                return Err(Error::Usage(format!(
-                    "input `{name}` has {} rows, the batch's other inputs {rows}: data-parallel training splits \
-                     every batched input by its first dim",
-                    t.shape()[0]
-                )));
-            }
-            let row: usize = t.shape()[1..].iter().product();
-            let values = t.to_vec()[from * row..to * row].to_vec();
-            let mut shape = t.shape().to_vec();
-            shape[0] = to - from;
-            let part = HostTensor::new(t.dtype, &shape, values).map_err(|e| Error::Usage(e.to_string()))?;
-            out.push((*name, part));
-        }
-        Ok((out, (to - from) as f64 / rows as f64))
-    }
-
     /// Sum the summed outputs of a run over the ranks, where the target did not (WGSL).
     pub(super) fn sum_after_run(&self, out: &mut [(String, HostTensor)], weight: f64) -> Result<()> {
         let Some(par) = self.parallel.as_ref().filter(|p| !p.scheduled) else { return Ok(()) };
@@ -285,7 +285,7 @@ impl Trainer {
         let mut at = 0;
         for name in &par.summed {
             if let Some((_, t)) = out.iter_mut().find(|(n, _)| n == name) {
-                let n = t.to_vec().len();
+                let n: usize = t.shape().iter().product();
                 *t = HostTensor::new(t.dtype, t.shape(), sums[at..at + n].to_vec())
                     .map_err(|e| Error::Usage(e.to_string()))?;
                 at += n;
@@ -318,7 +318,7 @@ impl Trainer {
             world: par.comm.world(),
             rank: par.comm.rank(),
             bucket_bytes: par.bucket_bytes,
-            buckets: par.buckets.clone(),
+            buckets: self.buckets(),
             comm_seconds: now.busy - par.start.busy,
             comm_wait_seconds: now.waited - par.start.waited,
             comm_values: now.values - par.start.values,
