@@ -44,10 +44,11 @@ macro_rules! on_every_target {
 }
 
 /// The pipelines a target is checked at: O0 and O2, and on the CPU target O2 with fused
-/// elementwise bodies both compiled by the JIT and interpreted.
+/// elementwise bodies compiled as the CPU favours, all by the tile loops, and interpreted.
 fn modes(target: &Target) -> Vec<(OptLevel, Elementwise)> {
     let mut m = vec![(OptLevel::O0, Elementwise::Jit), (OptLevel::O2, Elementwise::Jit)];
     if matches!(target, Target::Cpu) {
+        m.push((OptLevel::O2, Elementwise::Tiles));
         m.push((OptLevel::O2, Elementwise::Interpreted));
     }
     m

@@ -4,7 +4,7 @@
 //! and softmax [8,12,128,128] (O2: the fused kernel, O0: matmul, mask, softmax, matmul), the
 //! head-split permute [8,128,12,64] -> [8,12,128,64], an LM loss's cross-entropy of [8,128,8192]
 //! logits, MiniLM-L6 (batch 32, seq 128), plus a fused elementwise chain compiled
-//! by Cranelift against the interpreter. The workloads are `rustral_bench::workloads`; PyTorch's
+//! by Cranelift and run by the precompiled tile loops against the interpreter. The workloads are `rustral_bench::workloads`; PyTorch's
 //! side is `fixtures/perf/torch_anchors.py` and `bench/python/torch_bench.py`.
 //!
 //! `cargo bench -p rustral-bench --bench cpu_target [-- FILTER]`
@@ -50,7 +50,8 @@ fn bench(
     group.finish();
 }
 
-/// The chain fused and compiled by Cranelift, fused and interpreted, and op by op.
+/// The chain fused and compiled (the default choice, then Cranelift and the tile loops each
+/// forced), fused and interpreted, and op by op.
 fn jit_against_interpreter(c: &mut Criterion) {
     let traced = elementwise_chain();
     let mut group = c.benchmark_group("elementwise_chain_8x128x3072");
@@ -58,6 +59,8 @@ fn jit_against_interpreter(c: &mut Criterion) {
     for threads in [1, 2] {
         for (label, level, mode) in [
             ("jit", OptLevel::O2, Elementwise::Jit),
+            ("cranelift", OptLevel::O2, Elementwise::Cranelift),
+            ("tiles", OptLevel::O2, Elementwise::Tiles),
             ("interpreted", OptLevel::O2, Elementwise::Interpreted),
             ("op_by_op", OptLevel::O0, Elementwise::Jit),
         ] {

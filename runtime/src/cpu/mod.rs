@@ -43,10 +43,18 @@ pub enum CpuError {
 /// How `FusedElementwise` kernels run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Elementwise {
-    /// Compiled by Cranelift to f32x4 loops, once per body and broadcast pattern (the
-    /// interpreter runs instead on a host Cranelift cannot target).
+    /// Compiled: by Cranelift to f32x4 loops, once per body and broadcast pattern, except a
+    /// body with `exp`, `tanh`, `sigmoid` or `erf` on a CPU with AVX2 or AVX-512, which runs
+    /// a tile at a time through loops compiled ahead of time at that width (twice or four
+    /// times Cranelift's; `Tiles`). The interpreter runs instead on a host Cranelift cannot
+    /// target.
     #[default]
     Jit,
+    /// Every body by Cranelift (what `Jit` was before the tile loops; for measuring them).
+    Cranelift,
+    /// Every body of up to 64 nodes a tile at a time by the precompiled vector loops, longer
+    /// ones by Cranelift.
+    Tiles,
     /// Evaluated a row at a time by Rust loops: the baseline the JIT is measured against.
     Interpreted,
 }
@@ -98,7 +106,7 @@ impl Backend for CpuBackend {
         if let Some(out) = kernels::try_quantized(&kernel.op, args, shape) {
             return Ok(Some(out));
         }
-        match kernels::try_f32(&kernel.op, args, dtype, shape, self.elementwise == Elementwise::Jit) {
+        match kernels::try_f32(&kernel.op, args, dtype, shape, self.elementwise) {
             Some(v) if v.len() != shape.iter().product::<usize>() => {
                 let message = format!("internal error: f32 kernel produced {} values for shape {shape:?}", v.len());
                 Err(EvalError::Runtime { place: place.clone(), message }.into())

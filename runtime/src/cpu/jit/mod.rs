@@ -7,7 +7,9 @@
 //! checking what a body became.
 
 mod codegen;
+mod tiles;
 
+use super::Elementwise;
 use super::broadcast::{for_row_bases, strides};
 use codegen::{Helper, LANES};
 use cranelift_codegen::ir::UserFuncName;
@@ -139,8 +141,11 @@ fn layout(shapes: &[&[usize]], out: &[usize]) -> Layout {
 }
 
 /// Compile `body` for operands of these shapes now, so that runs do not; says why not when
-/// Cranelift cannot.
+/// Cranelift cannot. A body that runs a tile at a time has nothing to compile.
 pub(super) fn warm(body: &ElementwiseExpr, shapes: &[&[usize]], out: &[usize]) -> Result<(), String> {
+    if tiles::prefers_tiles(body) {
+        return Ok(());
+    }
     match layout(shapes, out) {
         Layout::Flat { scalar } | Layout::Rows { scalar, .. } => kernel(body, &scalar).map(|_| ()),
     }
@@ -149,43 +154,109 @@ pub(super) fn warm(body: &ElementwiseExpr, shapes: &[&[usize]], out: &[usize]) -
 /// Elements per parallel task on the flat path.
 const BLOCK: usize = 1 << 14;
 
+/// What evaluates a run of the body: a Cranelift kernel, or the tile loops (`tiles.rs`) with
+/// one thread's scratch.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Jit(KernelFn),
+    Tiles,
+}
+
+impl Kernel {
+    /// Evaluate `body` over `dst` from operands that start at the run's first value (or hold
+    /// its one value when scalar); false when the tile loops refuse an operand.
+    fn apply(
+        self,
+        body: &ElementwiseExpr,
+        ops: &[tiles::Operand<'_>],
+        dst: &mut [f32],
+        scratch: &mut Vec<[f32; tiles::TILE]>,
+    ) -> bool {
+        match self {
+            Kernel::Jit(f) => {
+                if ops.iter().any(|o| o.data.len() < if o.scalar { 1 } else { dst.len() }) {
+                    return false;
+                }
+                let ptrs: Vec<(*const f32, bool)> = ops.iter().map(|o| (o.data.as_ptr(), o.scalar)).collect();
+                call(f, &ptrs, dst);
+                true
+            }
+            Kernel::Tiles => {
+                if scratch.is_empty() {
+                    *scratch = tiles::scratch(body);
+                }
+                tiles::run(body, ops, dst, scratch)
+            }
+        }
+    }
+}
+
 /// Evaluate `body` over f32 operands broadcast to `out`, or say why the JIT cannot.
-pub(super) fn run(body: &ElementwiseExpr, operands: &[(&[f32], &[usize])], out: &[usize]) -> Result<Vec<f32>, String> {
+/// `mode` chooses Cranelift or the tile loops (`Elementwise::Jit`: as `tiles::prefers_tiles`
+/// says).
+pub(super) fn run(
+    body: &ElementwiseExpr,
+    operands: &[(&[f32], &[usize])],
+    out: &[usize],
+    mode: Elementwise,
+) -> Result<Vec<f32>, String> {
     let total: usize = out.iter().product();
     let mut result = vec![0.0f32; total];
     if total == 0 {
         return Ok(result);
     }
     let shapes: Vec<&[usize]> = operands.iter().map(|(_, s)| *s).collect();
-    match layout(&shapes, out) {
-        Layout::Flat { scalar } => {
-            let f = kernel(body, &scalar)?;
-            result.par_chunks_mut(BLOCK).enumerate().for_each(|(c, dst)| {
+    let layout = layout(&shapes, out);
+    let scalar = match &layout {
+        Layout::Flat { scalar } | Layout::Rows { scalar, .. } => scalar,
+    };
+    let tiled = match mode {
+        Elementwise::Tiles => tiles::fits(body),
+        Elementwise::Cranelift => false,
+        Elementwise::Jit | Elementwise::Interpreted => tiles::prefers_tiles(body),
+    };
+    let k = if tiled { Kernel::Tiles } else { Kernel::Jit(kernel(body, scalar)?) };
+    let done = match &layout {
+        Layout::Flat { scalar } => result
+            .par_chunks_mut(BLOCK)
+            .enumerate()
+            .map_init(Vec::new, |scratch, (c, dst)| {
                 let start = c * BLOCK;
-                let ptrs: Vec<(*const f32, bool)> = operands
+                let ops: Vec<tiles::Operand<'_>> = operands
                     .iter()
-                    .zip(&scalar)
-                    .map(|((d, _), &s)| if s { (d.as_ptr(), true) } else { (d[start..].as_ptr(), false) })
+                    .zip(scalar)
+                    .map(|((d, _), &s)| tiles::Operand {
+                        data: if s { d } else { d.get(start..).unwrap_or_default() },
+                        scalar: s,
+                    })
                     .collect();
-                call(f, &ptrs, dst);
-            });
-        }
+                k.apply(body, &ops, dst, scratch)
+            })
+            .all(|ok| ok),
         Layout::Rows { strides, scalar } => {
-            let f = kernel(body, &scalar)?;
             let width = out.last().copied().unwrap_or(1);
             let rows_per_block = (BLOCK / width).max(1);
-            result.par_chunks_mut(rows_per_block * width).enumerate().for_each(|(blk, dst)| {
-                let first = blk * rows_per_block;
-                let mut ptrs: Vec<(*const f32, bool)> = Vec::with_capacity(operands.len());
-                for_row_bases(out, &strides, first..first + dst.len() / width, |r, bases| {
-                    ptrs.clear();
-                    ptrs.extend(operands.iter().zip(bases).zip(&scalar).map(|(((d, _), &b), &s)| (d[b..].as_ptr(), s)));
-                    call(f, &ptrs, &mut dst[(r - first) * width..(r - first + 1) * width]);
-                });
-            });
+            result
+                .par_chunks_mut(rows_per_block * width)
+                .enumerate()
+                .map_init(Vec::new, |scratch, (blk, dst)| {
+                    let first = blk * rows_per_block;
+                    let mut ops: Vec<tiles::Operand<'_>> = Vec::with_capacity(operands.len());
+                    let mut ok = true;
+                    for_row_bases(out, strides, first..first + dst.len() / width, |r, bases| {
+                        ops.clear();
+                        ops.extend(operands.iter().zip(bases).zip(scalar).map(|(((d, _), &b), &s)| tiles::Operand {
+                            data: d.get(b..).unwrap_or_default(),
+                            scalar: s,
+                        }));
+                        ok &= k.apply(body, &ops, &mut dst[(r - first) * width..(r - first + 1) * width], scratch);
+                    });
+                    ok
+                })
+                .all(|ok| ok)
         }
-    }
-    Ok(result)
+    };
+    if done { Ok(result) } else { Err("an operand is shorter than the output it is broadcast to".to_string()) }
 }
 
 /// Run `f` over `dst`: the whole multiple of `LANES` in place, the last few values through

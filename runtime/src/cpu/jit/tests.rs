@@ -1,13 +1,34 @@
 //! The JIT against the row interpreter (bit for bit: both run the same polynomials in the same
 //! order) and against the f64 reference on special values, over flat and broadcast layouts and
-//! lengths that leave a partial vector.
+//! lengths that leave a partial vector. Every case runs both compiled paths: the Cranelift
+//! kernel, and the tile loops, which must give the interpreter's bits exactly.
 
-use super::super::kernels::{binary, unary};
-use super::run;
+use super::super::Elementwise;
+use super::super::kernels::{binary, interpret, unary};
+use super::tiles;
 use crate::reference::eval_op;
 use crate::tensor::HostTensor;
 use proptest::prelude::*;
 use rustral_ir::{BinaryOp, DType, ElementwiseExpr, ExprNode, F64, Op, UnaryOp};
+
+/// The Cranelift kernel's values (what the tests below check), after checking that the tile
+/// loops give the interpreter's bits on the same run (or, for a body too long for them and
+/// for Cranelift, the same refusal).
+fn run(body: &ElementwiseExpr, operands: &[(&[f32], &[usize])], out: &[usize]) -> Result<Vec<f32>, String> {
+    let cranelift = super::run(body, operands, out, Elementwise::Cranelift);
+    let tiled = super::run(body, operands, out, Elementwise::Tiles);
+    match &tiled {
+        Ok(t) if tiles::fits(body) => {
+            let want = interpret(body, operands, out);
+            for (i, (&g, &w)) in t.iter().zip(&want).enumerate() {
+                assert!(same(g, w, false), "tiles, element {i}: {g}, interpreter {w}, body {body:?}");
+            }
+            assert_eq!(t.len(), want.len());
+        }
+        other => assert_eq!(other.is_ok(), cranelift.is_ok(), "a body too long for the tiles goes to Cranelift"),
+    }
+    cranelift
+}
 
 /// Same bits, or both NaN; `+0 == -0` where `signed_zero_free` (max and min may pick either).
 fn same(a: f32, b: f32, signed_zero_free: bool) -> bool {
@@ -158,7 +179,7 @@ proptest! {
         let y: Vec<f32> = (0..width).map(|i| (((i as u32).wrapping_mul(40503) ^ seed) % 1000) as f32 / 200.0 - 2.5).collect();
         let operands: [(&[f32], &[usize]); 2] = [(&x, &[rows, width]), (&y, &[width])];
         let got = run(&b, &operands, &[rows, width]).expect("compiles");
-        let want = super::super::kernels::interpret(&b, &operands, &[rows, width]);
+        let want = interpret(&b, &operands, &[rows, width]);
         let loose = b.nodes.iter().any(|n| matches!(n, ExprNode::Binary(BinaryOp::Max | BinaryOp::Min, ..)));
         for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
             prop_assert!(same(g, w, loose), "element {i}: jit {g}, interpreter {w}, body {b:?}");
@@ -211,9 +232,55 @@ fn a_body_over_the_limit_is_left_to_the_interpreter() {
     assert!(over.as_ref().is_err_and(|e| e.contains("over the JIT")), "{over:?}");
     let at = chain(super::MAX_BODY_NODES);
     let got = run(&at, &[(&xs, &[xs.len()])], &[xs.len()]).expect("a body at the limit compiles");
-    let want = super::super::kernels::interpret(&at, &[(&xs, &[xs.len()])], &[xs.len()]);
+    let want = interpret(&at, &[(&xs, &[xs.len()])], &[xs.len()]);
     assert_eq!(
         got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
         want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
     );
+}
+
+/// The chain the bench times, `tanh(0.75 x + b) x + 0.5 x^2` with `b` a scalar, over lengths on
+/// both sides of a tile (256) and of a parallel block (16384): the tile loops give the
+/// interpreter's bits (checked in `run`), and both paths the f64 formula within 1e-5.
+#[test]
+fn runs_across_tiles_and_blocks_with_a_scalar_operand() {
+    use ExprNode::{Arg, Binary, Const, Unary};
+    let k = |v: f64| Const { value: F64(v), dtype: DType::F32 };
+    let b = body(vec![
+        Arg(0),
+        Arg(1),
+        k(0.75),
+        k(0.5),
+        Binary(BinaryOp::Mul, 0, 2),
+        Binary(BinaryOp::Add, 4, 1),
+        Unary(UnaryOp::Tanh, 5),
+        Binary(BinaryOp::Mul, 6, 0),
+        Binary(BinaryOp::Mul, 0, 0),
+        Binary(BinaryOp::Mul, 8, 3),
+        Binary(BinaryOp::Add, 7, 9),
+    ]);
+    for n in [1usize, 7, 255, 256, 257, 1000, (1 << 14) + 300] {
+        let x: Vec<f32> = (0..n).map(|i| ((i * 37 % 101) as f32 - 50.0) / 10.0).collect();
+        let s = [0.3f32];
+        let got = run(&b, &[(&x, &[n]), (&s, &[1])], &[n]).expect("compiles");
+        for (i, (&v, &g)) in x.iter().zip(&got).enumerate() {
+            let v = v as f64;
+            let want = (0.75 * v + 0.3).tanh() * v + 0.5 * v * v;
+            assert!((g as f64 - want).abs() <= 1e-5 * want.abs().max(1.0), "n {n}, element {i}: {g} vs {want}");
+        }
+    }
+}
+
+/// Which bodies the default mode runs a tile at a time: those with a transcendental function,
+/// on a CPU with vectors wider than Cranelift's, and short enough for the tile scratch.
+#[test]
+fn transcendental_bodies_prefer_tiles_on_wide_vector_cpus() {
+    use crate::cpu::simd;
+    let tanh = body(vec![ExprNode::Arg(0), ExprNode::Unary(UnaryOp::Tanh, 0)]);
+    let add = body(vec![ExprNode::Arg(0), ExprNode::Arg(1), ExprNode::Binary(BinaryOp::Add, 0, 1)]);
+    let mut long = vec![ExprNode::Arg(0)];
+    (0..64).for_each(|i| long.push(ExprNode::Unary(UnaryOp::Exp, i)));
+    assert_eq!(tiles::prefers_tiles(&tanh), simd::has_avx2() || simd::has_avx512());
+    assert!(!tiles::prefers_tiles(&add));
+    assert!(!tiles::prefers_tiles(&body(long)));
 }

@@ -2,6 +2,7 @@
 //! (another dtype, a softmax over a non-last axis, ...), and the executor then runs the
 //! reference implementation of the op instead: correct for every op and dtype, not fast.
 
+use super::Elementwise;
 use super::broadcast::{Row, for_rows_in, strides};
 use super::simd;
 use super::storage::Storage;
@@ -51,8 +52,14 @@ pub(super) fn try_quantized(op: &Op, args: &[&Storage], out: &[usize]) -> Option
 }
 
 /// Run `op` on f32 storage if a fast kernel exists for it; `out` is the bound output shape.
-/// `jit` chooses Cranelift-compiled fused elementwise kernels over the row interpreter.
-pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize], jit: bool) -> Option<Vec<f32>> {
+/// `mode` says how fused elementwise bodies (and broadcast binary ops) run.
+pub(super) fn try_f32(
+    op: &Op,
+    args: &[&Storage],
+    out_dtype: DType,
+    out: &[usize],
+    mode: Elementwise,
+) -> Option<Vec<f32>> {
     if out_dtype != DType::F32 {
         return None;
     }
@@ -69,11 +76,11 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
         }
         Op::Binary(b) if !b.is_comparison() => {
             let (x, y) = (f(0)?, f(1)?);
-            if jit {
+            if mode != Elementwise::Interpreted {
                 // A one-node body: the JIT's broadcast-aware vector loop, compiled once per op.
                 let body =
                     ElementwiseExpr { nodes: vec![ExprNode::Arg(0), ExprNode::Arg(1), ExprNode::Binary(*b, 0, 1)] };
-                if let Ok(v) = super::jit::run(&body, &[x, y], out) {
+                if let Ok(v) = super::jit::run(&body, &[x, y], out, mode) {
                     return Some(v);
                 }
             }
@@ -86,7 +93,7 @@ pub(super) fn try_f32(op: &Op, args: &[&Storage], out_dtype: DType, out: &[usize
             Some(rows(out, &[(&c, &cs), x, y], |r, i| if r[0].at(i) != 0.0 { r[1].at(i) } else { r[2].at(i) }))
         }
         Op::Cast { to: DType::F32 } => f(0).map(|(x, _)| x.to_vec()),
-        Op::FusedElementwise { body } => fused(body, args, out, jit),
+        Op::FusedElementwise { body } => fused(body, args, out, mode),
         Op::MatMul => matmul(f(0)?, f(1)?, None, Activation::None, out),
         Op::MatMulEpilogue { activation } => {
             let bias = match args.get(2) {

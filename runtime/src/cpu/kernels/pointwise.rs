@@ -79,9 +79,9 @@ pub(super) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + simd::exp(-x))
 }
 
-/// A fused elementwise body: compiled by Cranelift (`jit`) unless the caller asks for the
-/// interpreter or Cranelift cannot compile it here.
-pub(super) fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize], jit: bool) -> Option<Vec<f32>> {
+/// A fused elementwise body: compiled (Cranelift or the tile loops, as `mode` says) unless
+/// the caller asks for the interpreter or Cranelift cannot compile it here.
+pub(super) fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize], mode: Elementwise) -> Option<Vec<f32>> {
     let arg_dtypes: Vec<DType> = args.iter().map(|s| s.dtype()).collect();
     let dtypes = body_dtypes(body, &arg_dtypes)?;
     // Integers are exact in f32 below 2^24: an integer operand or constant may feed
@@ -105,7 +105,9 @@ pub(super) fn fused(body: &ElementwiseExpr, args: &[&Storage], out: &[usize], ji
         .zip(&converted)
         .map(|(s, c)| (c.as_deref().or_else(|| s.f32()).expect("f32 or converted"), s.shape()))
         .collect();
-    if jit && let Ok(values) = crate::cpu::jit::run(body, &operands, out) {
+    if mode != Elementwise::Interpreted
+        && let Ok(values) = crate::cpu::jit::run(body, &operands, out, mode)
+    {
         return Some(values);
     }
     Some(interpret(body, &operands, out))
