@@ -24,6 +24,29 @@ def summary(xs):
     half = t975(n - 1) * std / math.sqrt(n) if n > 1 else 0.0
     return dict(n=n, mean_ms=mean, median_ms=med, std_ms=std, ci95_ms=[mean - half, mean + half], min_ms=s[0], max_ms=s[-1])
 
+def cpu_id():
+    """Vendor, family, model and stepping (and the Zen generation), as runtime/src/provenance.rs
+    writes them: a VM's model name alone (AMD EPYC) does not tell a Zen 1 from a Zen 3."""
+    fields = {}
+    for l in open("/proc/cpuinfo"):
+        if ":" in l:
+            k, v = (s.strip() for s in l.split(":", 1))
+            fields.setdefault(k, v)
+    vendor, family, model = fields.get("vendor_id"), fields.get("cpu family"), fields.get("model")
+    if not (vendor and family and model):
+        return ""
+    s = f"{vendor} family {family} model {model} stepping {fields.get('stepping', '?')}"
+    arch = None
+    if vendor == "AuthenticAMD" and family.isdigit() and model.isdigit():
+        f, m = int(family), int(model)
+        if f == 23:
+            arch = "Zen/Zen+" if m < 0x30 else "Zen 2"
+        elif f == 25:
+            arch = "Zen 3" if m < 0x10 or 0x20 <= m < 0x60 else "Zen 4"
+        elif f == 26:
+            arch = "Zen 5"
+    return f"{s} ({arch})" if arch else s
+
 def machine(label="eager"):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     mem = next((int(l.split()[1]) * 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
@@ -34,7 +57,7 @@ def machine(label="eager"):
              "avx512dq": "avx512dq", "avx512vl": "avx512vl", "avx512bw": "avx512bw", "avx512_vnni": "avx512vnni",
              "avx512_bf16": "avx512bf16"}
     features = [names[f] for f in names if f in flags]
-    return dict(cpu_model=cpu, cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name, cpu_features=features,
+    return dict(cpu_model=cpu, cpu_id=cpu_id(), cores=os.cpu_count() or 1, memory_bytes=mem, os=os_name, cpu_features=features,
                 cpu_kernels=peer_kernels(label))
 
 def peer_kernels(label):

@@ -77,7 +77,7 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
         md,
         "Machine: {} ({} logical cores, {:.0} GiB), {}. CPU features: {}; kernels: {}. Build: git {}{}, {}. \
          Medians of each run's timings; a pass \"buys\" t(O2 without it) / t(O2).\n",
-        first.machine.cpu_model,
+        first.machine.name(),
         first.machine.cores,
         first.machine.memory_bytes as f64 / (1u64 << 30) as f64,
         first.machine.os,
@@ -331,7 +331,7 @@ fn generation(md: &mut String, ms: &[Manifest]) {
     // These rows may come from another session than the ablation's: name their machines.
     let mut machines: Vec<String> = Vec::new();
     for m in &runs {
-        let line = format!("{} ({} logical cores)", m.machine.cpu_model, m.machine.cores);
+        let line = format!("{} ({} logical cores)", m.machine.name(), m.machine.cores);
         if !machines.contains(&line) {
             machines.push(line);
         }

@@ -224,7 +224,9 @@ pub fn render(points: &[Point], machine: &rustral_runtime::provenance::Machine) 
     md.push_str(&format!(
         "Machine: {} ({} cores), {}. Measured by `cargo run --release -p rustral-bench -- scaling`; \
          each point the median of three fresh processes. Per node: trace-graph nodes, all three stages.\n\n",
-        machine.cpu_model, machine.cores, machine.os
+        machine.name(),
+        machine.cores,
+        machine.os
     ));
     for f in families() {
         let rows: Vec<&Point> = points.iter().filter(|p| p.family == f.name).collect();
