@@ -93,8 +93,8 @@ def vision():
     """ResNet-18 and ViT-B/16 as transformers builds them (random weights: the time does not depend on them)."""
     from transformers import ResNetConfig, ResNetModel, ViTConfig, ViTModel
     pixels = torch.randn(8, 3, 224, 224)
-    resnet = ResNetModel(ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2], layer_type="basic")).eval()
-    vit = ViTModel(ViTConfig()).eval()
+    resnet = ResNetModel(ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2], layer_type="basic")).eval().requires_grad_(False)
+    vit = ViTModel(ViTConfig()).eval().requires_grad_(False)
     yield "resnet18", "model", "ResNet-18 (HF ResNetModel) forward, batch 8, 224x224", lambda x: resnet(pixel_values=x).pooler_output, (pixels,)
     yield "vit_b16", "model", "ViT-B/16 (HF ViTModel) forward, batch 8, 224x224", lambda x: vit(pixel_values=x).pooler_output, (pixels,)
 
