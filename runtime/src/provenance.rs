@@ -106,24 +106,6 @@ fn cpu_id(cpuinfo: &str) -> String {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn cpu_ids_name_the_family_and_the_zen_generation() {
-        let info = |fam: u32, model: u32| {
-            format!(
-                "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {fam}\nmodel\t\t: {model}\nmodel name\t: AMD EPYC\nstepping\t: 1\n"
-            )
-        };
-        assert_eq!(super::cpu_id(&info(23, 1)), "AuthenticAMD family 23 model 1 stepping 1 (Zen/Zen+)");
-        assert_eq!(super::cpu_id(&info(25, 1)), "AuthenticAMD family 25 model 1 stepping 1 (Zen 3)");
-        assert_eq!(super::cpu_id(&info(25, 17)), "AuthenticAMD family 25 model 17 stepping 1 (Zen 4)");
-        let intel = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel Xeon\n";
-        assert_eq!(super::cpu_id(intel), "GenuineIntel family 6 model 143 stepping ?");
-        assert_eq!(super::cpu_id("model name\t: Apple M2\n"), "");
-    }
-}
-
 impl Build {
     /// This build: git state of `root`, the rustc on PATH, crate versions from `root`'s lock.
     pub fn this(root: &Path) -> Build {
@@ -154,5 +136,23 @@ impl Build {
             }
         }
         Build { git_sha, git_dirty, rustc, crates }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cpu_ids_name_the_family_and_the_zen_generation() {
+        let info = |fam: u32, model: u32| {
+            format!(
+                "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: {fam}\nmodel\t\t: {model}\nmodel name\t: AMD EPYC\nstepping\t: 1\n"
+            )
+        };
+        assert_eq!(super::cpu_id(&info(23, 1)), "AuthenticAMD family 23 model 1 stepping 1 (Zen/Zen+)");
+        assert_eq!(super::cpu_id(&info(25, 1)), "AuthenticAMD family 25 model 1 stepping 1 (Zen 3)");
+        assert_eq!(super::cpu_id(&info(25, 17)), "AuthenticAMD family 25 model 17 stepping 1 (Zen 4)");
+        let intel = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel Xeon\n";
+        assert_eq!(super::cpu_id(intel), "GenuineIntel family 6 model 143 stepping ?");
+        assert_eq!(super::cpu_id("model name\t: Apple M2\n"), "");
     }
 }

@@ -8,14 +8,33 @@ simd::multiversion! {
     /// Apply the activation to GEMM output values (the bias is already in them), the
     /// activation chosen outside the loop so that each loop vectorises.
     fn epilogue(values: &mut [f32], act: Activation) {
-        match act {
-            Activation::None => {}
-            Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v)),
-            Activation::GeluErf => values.iter_mut().for_each(|v| *v = gelu_erf(*v)),
-            Activation::GeluTanh => values.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
-            Activation::Silu => values.iter_mut().for_each(|v| *v = silu(*v)),
-            Activation::Tanh => values.iter_mut().for_each(|v| *v = simd::tanh(*v)),
-            Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v)),
+        epilogue_body(values, act);
+    }
+}
+
+/// `epilogue`'s loops, inlined into each caller's vector code.
+#[inline(always)]
+fn epilogue_body(values: &mut [f32], act: Activation) {
+    match act {
+        Activation::None => {}
+        Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v)),
+        Activation::GeluErf => values.iter_mut().for_each(|v| *v = gelu_erf(*v)),
+        Activation::GeluTanh => values.iter_mut().for_each(|v| *v = gelu_tanh(*v)),
+        Activation::Silu => values.iter_mut().for_each(|v| *v = silu(*v)),
+        Activation::Tanh => values.iter_mut().for_each(|v| *v = simd::tanh(*v)),
+        Activation::Sigmoid => values.iter_mut().for_each(|v| *v = sigmoid(*v)),
+    }
+}
+
+simd::multiversion! {
+    /// `v = act(v + bias[j])` over rows of `bias.len()` values: a bias and an activation in one
+    /// pass over the product.
+    fn bias_epilogue(values: &mut [f32], bias: &[f32], act: Activation) {
+        for row in values.chunks_exact_mut(bias.len()) {
+            for (v, &b) in row.iter_mut().zip(bias) {
+                *v += b;
+            }
+            epilogue_body(row, act);
         }
     }
 }
@@ -104,11 +123,11 @@ pub(super) fn gemm_into(
     true
 }
 
-/// Batched matmul (batch dims broadcast) with an optional bias over the last axis, which the
-/// GEMM accumulates onto, and an activation applied to each output block right after its
-/// GEMM, while it is in cache. The GEMM is the `gemm` crate's; a weight shared by every batch
-/// makes one tall GEMM, other batches run in parallel, and a single product uses its own
-/// parallel kernel on the pool's threads.
+/// Batched matmul (batch dims broadcast) with an optional bias over the last axis (which the
+/// GEMM accumulates onto, or the activation's pass adds), and an activation applied to each
+/// output block right after its GEMM, while it is in cache. The GEMM is the `gemm` crate's;
+/// a weight shared by every batch makes one tall GEMM, other batches run in parallel, and a
+/// single product uses its own parallel kernel on the pool's threads.
 pub(super) fn matmul(
     a: (&[f32], &[usize]),
     b: (&[f32], &[usize]),
@@ -136,14 +155,25 @@ pub(super) fn matmul(
         }
         off
     };
-    // The bias goes in first and the GEMM adds the product to it (`dst = dst + a.b` is what
-    // its micro-kernel does anyway from the second block of the contraction on), so no pass
-    // over the output adds it afterwards; only an activation is left to the epilogue.
-    let mut c = match bias_row {
-        Some(row) => row.repeat(batches * m),
-        None => vec![0.0f32; batches * m * n],
+    // Without an activation the bias goes in first (written in parallel) and the GEMM adds the
+    // product to it (`dst = dst + a.b` is what its micro-kernel does anyway from the second
+    // block of the contraction on), so no pass over the output adds it afterwards. With one,
+    // the bias joins the activation's pass instead, and the GEMM writes onto untouched (lazily
+    // zeroed) pages: the output is written twice rather than three times.
+    let early_bias = bias_row.filter(|_| act == Activation::None);
+    let late_bias = bias_row.filter(|_| act != Activation::None);
+    let mut c = vec![0.0f32; batches * m * n];
+    if let Some(row) = early_bias
+        && n > 0
+    {
+        c.par_chunks_mut(EPILOGUE_ROWS * n)
+            .for_each(|rows| rows.chunks_exact_mut(n).for_each(|r| r.copy_from_slice(row)));
+    }
+    let accumulate = early_bias.is_some();
+    let finish = |values: &mut [f32]| match late_bias {
+        Some(row) => bias_epilogue(values, row, act),
+        None => epilogue(values, act),
     };
-    let accumulate = bias_row.is_some();
     if c.is_empty() {
         // No product to write (a zero batch dim, m or n): the GEMM must not run on an empty
         // destination.
@@ -163,23 +193,117 @@ pub(super) fn matmul(
         let fits = c.par_chunks_mut(m * n).enumerate().all(|(i, dst)| {
             let done = product(offset(i, &sa, m * k), offset(i, &sb, k * n), m, dst, gemm::Parallelism::None);
             if done {
-                epilogue(dst, act);
+                finish(dst);
             }
             done
         });
         fits.then_some(c)
     } else {
         let threads = rayon::current_num_threads();
-        let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
         let rows = if stacked { batches * m } else { m };
+        let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
         if !product(0, 0, rows, &mut c, par) {
             return None;
         }
         // One product's output is spread over the pool's threads, so its epilogue is too
         // (on one thread it would cost as much as the GEMM's own parallel speed-up saves).
         if act != Activation::None {
-            c.par_chunks_mut(EPILOGUE_ROWS * n).for_each(|rows| epilogue(rows, act));
+            c.par_chunks_mut(EPILOGUE_ROWS * n).for_each(finish);
         }
         Some(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matmul;
+    use rustral_ir::Activation;
+
+    /// `act(a.b + bias)` in f64 with the textbook activations.
+    fn naive(a: &[f32], b: &[f32], bias: &[f32], (m, k, n): (usize, usize, usize), act: Activation) -> Vec<f64> {
+        let f = |x: f64| match act {
+            Activation::None => x,
+            Activation::Relu => x.max(0.0),
+            Activation::GeluErf | Activation::GeluTanh => {
+                // erf-based GELU; the tanh form is within 1e-3 of it at these magnitudes.
+                0.5 * x * (1.0 + libm_erf(x / std::f64::consts::SQRT_2))
+            }
+            Activation::Silu => x / (1.0 + (-x).exp()),
+            Activation::Tanh => x.tanh(),
+            Activation::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        };
+        let mut out = vec![0.0; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                let dot: f64 = (0..k).map(|p| a[i * k + p] as f64 * b[p * n + j] as f64).sum();
+                out[i * n + j] = f(dot + bias[j] as f64);
+            }
+        }
+        out
+    }
+
+    /// erf by its series and continued fraction are overkill here: Abramowitz-Stegun 7.1.26 in
+    /// f64 (1.5e-7), far inside the tolerance below.
+    fn libm_erf(x: f64) -> f64 {
+        let t = 1.0 / (1.0 + 0.3275911 * x.abs());
+        let y = 1.0
+            - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592)
+                * t
+                * (-x * x).exp();
+        y.copysign(x)
+    }
+
+    /// (a shape, b shape, out shape, whether b has a batch dim).
+    type Case<'a> = (&'a [usize], &'a [usize], &'a [usize], usize);
+
+    /// The bias reaches every output with and without an activation (it goes into the GEMM
+    /// without one, into the activation's pass with one), for one product, a stacked batch
+    /// against a shared weight and a batch of separate products, on one and two threads.
+    #[test]
+    fn bias_and_activation_on_every_path() {
+        let (m, k, n) = (37, 19, 23);
+        let a: Vec<f32> = (0..2 * m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
+        let b: Vec<f32> = (0..2 * k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 9.0).collect();
+        let bias: Vec<f32> = (0..n).map(|j| j as f32 / 4.0 - 2.5).collect();
+        let acts = [Activation::None, Activation::Relu, Activation::GeluTanh, Activation::Silu, Activation::Sigmoid];
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            pool.install(|| {
+                for act in acts {
+                    let cases: [Case<'_>; 3] = [
+                        (&[m, k], &[k, n], &[m, n], 0),
+                        (&[2, m, k], &[k, n], &[2, m, n], 0),
+                        (&[2, m, k], &[2, k, n], &[2, m, n], 1),
+                    ];
+                    for (sa, sb, so, b_batched) in cases {
+                        let batches = if so.len() == 3 { 2 } else { 1 };
+                        let got = matmul(
+                            (&a[..batches * m * k], sa),
+                            (&b[..(1 + b_batched) * k * n], sb),
+                            Some((&bias, &[n])),
+                            act,
+                            so,
+                        )
+                        .expect("runs");
+                        for i in 0..batches {
+                            let bi = if b_batched == 1 { i } else { 0 };
+                            let want = naive(
+                                &a[i * m * k..(i + 1) * m * k],
+                                &b[bi * k * n..(bi + 1) * k * n],
+                                &bias,
+                                (m, k, n),
+                                act,
+                            );
+                            for (e, (&g, &w)) in got[i * m * n..(i + 1) * m * n].iter().zip(&want).enumerate() {
+                                assert!(
+                                    (g as f64 - w).abs() <= 2e-3 * w.abs().max(1.0),
+                                    "{act:?} {sa:?}x{sb:?} on {threads} thread(s), batch {i}, element {e}: {g} vs {w}"
+                                );
+                            }
+                        }
+                    }
+                }
+            });
+        }
     }
 }
