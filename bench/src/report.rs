@@ -166,6 +166,7 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
     transfer(&mut md, &groups);
     shares(&mut md, &groups);
     versus_torch(&mut md, &groups);
+    rounds(&mut md, out)?;
     generation(&mut md, ms);
     std::fs::write(out.join("report.md"), &md).map_err(|e| format!("{}: {e}", out.display()))?;
     Ok(md)
@@ -294,11 +295,58 @@ fn versus_torch(md: &mut String, groups: &Grouped<'_>) {
         return;
     }
     let _ = writeln!(md, "\n## Against PyTorch and ONNX Runtime (same machine, same session)\n");
+    let _ = writeln!(
+        md,
+        "One run of each side, minutes apart (the peers after the whole ablation): on a shared VM that drifts, \
+         read the interleaved rounds below where present.\n"
+    );
     let _ = writeln!(md, "| workload | threads | Rustral O2 ms | peer | peer ms | peer / Rustral |");
     let _ = writeln!(md, "|---|---|---|---|---|---|");
     for r in rows {
         let _ = writeln!(md, "{r}");
     }
+}
+
+/// The table of `rounds/rounds.json` beside the report (`bench/python/rounds.py`: Rustral O2
+/// and the peers timed back to back in each round, a ratio taken within each round), when present.
+fn rounds(md: &mut String, out: &Path) -> Result<(), String> {
+    let path = out.join("rounds").join("rounds.json");
+    let Ok(text) = std::fs::read_to_string(&path) else { return Ok(()) };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bad = || format!("{}: not a rounds.py table", path.display());
+    let machine = &v["machine"];
+    let name = match machine["cpu_id"].as_str() {
+        Some(id) if !id.is_empty() => format!("{} [{id}]", machine["cpu_model"].as_str().ok_or_else(bad)?),
+        _ => machine["cpu_model"].as_str().ok_or_else(bad)?.to_string(),
+    };
+    let _ = writeln!(md, "\n## Against PyTorch and ONNX Runtime, interleaved rounds (`bench/python/rounds.py`)\n");
+    let _ = writeln!(
+        md,
+        "Machine: {name}; build git {}. {} rounds of {} timed runs: in each round Rustral's O2 and the peers ran \
+         back to back (the order alternating), and `peer / Rustral` is the median over the rounds of the ratio \
+         of their medians within a round; `range` is the lowest and highest round.\n",
+        v["build"]["git_sha"].as_str().map_or("?", |s| &s[..s.len().min(10)]),
+        v["rounds"],
+        v["repeats"],
+    );
+    let _ = writeln!(md, "| workload | threads | Rustral O2 ms | peer | peer ms | peer / Rustral | range |");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+    for r in v["rows"].as_array().ok_or_else(bad)? {
+        let f = |k: &str| r[k].as_f64().ok_or_else(bad);
+        let _ = writeln!(
+            md,
+            "| {} | {} | {:.3} | {} | {:.3} | {:.2}x | {:.2}-{:.2} |",
+            r["workload"].as_str().ok_or_else(bad)?,
+            r["threads"],
+            f("rustral_ms")?,
+            r["peer"].as_str().ok_or_else(bad)?,
+            f("peer_ms")?,
+            f("ratio")?,
+            f("low")?,
+            f("high")?
+        );
+    }
+    Ok(())
 }
 
 /// Manifests of the generation benchmark (`{model}_prefill`, `{model}_decode`): reported in
