@@ -155,20 +155,25 @@ pub(super) fn matmul(
         }
         off
     };
-    // Without an activation the bias goes in first (written in parallel) and the GEMM adds the
-    // product to it (`dst = dst + a.b` is what its micro-kernel does anyway from the second
-    // block of the contraction on), so no pass over the output adds it afterwards. With one,
-    // the bias joins the activation's pass instead, and the GEMM writes onto untouched (lazily
-    // zeroed) pages: the output is written twice rather than three times.
+    // Without an activation the bias goes in first and the GEMM adds the product to it (`dst =
+    // dst + a.b` is what its micro-kernel does anyway from the second block of the contraction
+    // on), so no pass over the output adds it afterwards. With one, the bias joins the
+    // activation's pass instead. The output's first pass (the bias rows, or zeros the GEMM
+    // overwrites) is written by the pool's threads: a `vec!` of zeros is one thread's memset
+    // once the allocator reuses freed blocks of that size.
     let early_bias = bias_row.filter(|_| act == Activation::None);
     let late_bias = bias_row.filter(|_| act != Activation::None);
-    let mut c = vec![0.0f32; batches * m * n];
-    if let Some(row) = early_bias
-        && n > 0
-    {
-        c.par_chunks_mut(EPILOGUE_ROWS * n)
-            .for_each(|rows| rows.chunks_exact_mut(n).for_each(|r| r.copy_from_slice(row)));
-    }
+    let mut c = filled(batches * m * n, EPILOGUE_ROWS * n.max(1), |_, o| match early_bias {
+        // Chunks are whole rows (`n` is the bias's length), so each starts at its first value.
+        Some(row) => o.chunks_mut(row.len()).for_each(|r| {
+            r.iter_mut().zip(row).for_each(|(d, &b)| {
+                d.write(b);
+            })
+        }),
+        None => o.iter_mut().for_each(|d| {
+            d.write(0.0);
+        }),
+    });
     let accumulate = early_bias.is_some();
     let finish = |values: &mut [f32]| match late_bias {
         Some(row) => bias_epilogue(values, row, act),
