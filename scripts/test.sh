@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: install Open MPI when missing (the data-parallel tests run under
 # mpirun, so the tests build with feature `mpi`), fetch the real MiniLM weights and the SmolLM2 GGUF when missing
-# (the parity tests run them) and Mesa's software Vulkan driver when no Vulkan driver is
+# (the parity tests run them), OpenBLAS from PyPI (the vendor BLAS tests) and Mesa's software Vulkan driver when no Vulkan driver is
 # present (the WGSL target's
 # tests run on it), then run every test with snapshots compared, never rewritten, compile
 # every WGSL shader the tests emitted with Tint (Dawn) too, and run the test programs with the
@@ -18,6 +18,12 @@ if [ -z "${RUSTRAL_SMOLLM2_GGUF:-}" ]; then
     export RUSTRAL_SMOLLM2_GGUF
 fi
 echo "SmolLM2 GGUF: $RUSTRAL_SMOLLM2_GGUF"
+# OpenBLAS from PyPI: the CPU target's vendor BLAS path (RUSTRAL_BLAS) is tested against it.
+if [ -z "${RUSTRAL_TEST_BLAS:-}" ]; then
+    RUSTRAL_TEST_BLAS="$(bash scripts/fetch-openblas.sh)"
+    export RUSTRAL_TEST_BLAS
+fi
+echo "CBLAS for the BLAS tests: $RUSTRAL_TEST_BLAS"
 XDG_RUNTIME_DIR="$(bash scripts/ensure-vulkan.sh)"
 export XDG_RUNTIME_DIR
 # Open MPI for the data-parallel tests (tests/data_parallel_mpi.rs runs 2 ranks under mpirun).

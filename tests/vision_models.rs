@@ -21,18 +21,28 @@ fn npy(path: &Path) -> (Vec<usize>, Vec<f64>) {
 }
 
 fn check(model: &str, dir: &str) {
-    let f = fixture(dir);
     let mut targets = vec!["cpu", "candle-cpu"];
     if common::wgsl_available() {
         targets.push("wgsl");
     }
-    for target in targets {
+    check_on(model, dir, &targets, None);
+}
+
+/// `check` on `targets`, the CPU target's GEMMs run by the CBLAS library `blas` when given
+/// (`RUSTRAL_BLAS`).
+fn check_on(model: &str, dir: &str, targets: &[&str], blas: Option<&str>) {
+    let f = fixture(dir);
+    for &target in targets {
         for level in ["-O0", "-O2"] {
             let out = tempfile::tempdir().unwrap();
+            let mut cmd = cli();
+            if let Some(lib) = blas {
+                cmd.env("RUSTRAL_BLAS", lib);
+            }
             let pixels = format!("pixel_values={}", f.join("pixel_values.npy").display());
             let config = f.join("config.json");
             let weights = f.join("model.safetensors");
-            stdout(cli().args(["--model", model, "--target", target, level, "-q", "--input", &pixels]).args([
+            stdout(cmd.args(["--model", model, "--target", target, level, "-q", "--input", &pixels]).args([
                 "--config".as_ref(),
                 config.as_os_str(),
                 "--weights".as_ref(),
@@ -53,7 +63,7 @@ fn check(model: &str, dir: &str) {
                     worst = worst.max((g - w).abs());
                 }
             }
-            println!("{dir} on {target} {level}: max abs error {worst:.1e}");
+            println!("{dir} on {target} {level} (BLAS {blas:?}): max abs error {worst:.1e}");
         }
     }
 }
@@ -68,6 +78,15 @@ fn resnet_basic_matches_transformers() {
 #[test]
 fn resnet_bottleneck_matches_transformers() {
     check("resnet", "resnet-bottleneck");
+}
+
+/// Convolutions (im2col GEMMs), ViT's projections and attention's products on a vendor BLAS
+/// (OpenBLAS from PyPI in the tests: `RUSTRAL_TEST_BLAS`), against the same fixtures.
+#[test]
+fn resnet_and_vit_match_transformers_on_a_vendor_blas() {
+    let Some(lib) = common::test_blas() else { return };
+    check_on("resnet", "resnet-basic", &["cpu"], Some(&lib));
+    check_on("vit", "vit", &["cpu"], Some(&lib));
 }
 
 #[test]

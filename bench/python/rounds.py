@@ -74,7 +74,8 @@ for (w, t, target), ms in sorted(medians.items()):
 name = machine["cpu_model"] + (f" [{machine['cpu_id']}]" if machine.get("cpu_id") else "")
 md = [f"# Rustral O2 against its peers, interleaved rounds\n",
       f"Machine: {name} ({machine['cores']} logical cores), {machine['os']}. CPU features: "
-      f"{' '.join(machine.get('cpu_features', []))}; Rustral's kernels: {machine.get('cpu_kernels', '')}. "
+      f"{' '.join(machine.get('cpu_features', []))}; Rustral's kernels: {machine.get('cpu_kernels', '')}"
+      f"{', GEMMs by ' + machine['gemm'] if machine.get('gemm') else ''}. "
       f"Build: git {build['git_sha'][:10]}{' (dirty)' if build['git_dirty'] else ''}, {build['rustc']}.\n",
       f"Measured by `python3 bench/python/rounds.py --threads {args.threads} --rounds {args.rounds} "
       f"--repeats {args.repeats}`: in each round Rustral's O2 and the peers ran one after the other on "

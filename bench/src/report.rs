@@ -56,8 +56,10 @@ fn kernel_paths(ms: &[Manifest]) -> String {
             "not recorded".to_string()
         } else if k.contains(' ') {
             k.clone()
-        } else {
+        } else if m.machine.gemm.is_empty() || m.machine.gemm == "gemm crate" {
             format!("{k} (rustral)")
+        } else {
+            format!("{k} (rustral, GEMMs by {})", m.machine.gemm)
         };
         if !seen.contains(&label) {
             seen.push(label);

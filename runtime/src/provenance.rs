@@ -31,6 +31,10 @@ pub struct Machine {
     /// (`RUSTRAL_CPU_KERNELS` can narrow it); empty in older manifests.
     #[serde(default)]
     pub cpu_kernels: String,
+    /// What ran the CPU target's GEMMs: `gemm crate`, or the vendor library `RUSTRAL_BLAS`
+    /// named (`crate::cpu::blas`); empty in older manifests and for peers.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub gemm: String,
 }
 
 /// The build.
@@ -72,7 +76,8 @@ impl Machine {
         let cpu_features = crate::cpu::cpu_features();
         let cpu_kernels = crate::cpu::kernel_path().to_string();
         let cpu_id = cpu_id(&cpuinfo);
-        Machine { cpu_model, cpu_id, cores, memory_bytes, os, cpu_features, cpu_kernels }
+        let gemm = crate::cpu::gemm_library();
+        Machine { cpu_model, cpu_id, cores, memory_bytes, os, cpu_features, cpu_kernels, gemm }
     }
 
     /// The model name with its `cpu_id` where recorded, as reports name the machine.

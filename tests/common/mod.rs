@@ -282,3 +282,18 @@ pub fn npy_bytes(descr: &str, shape: &[u64], data: &[u8]) -> Vec<u8> {
     bytes.extend(data);
     bytes
 }
+
+/// The CBLAS library the vendor-BLAS tests run against (`RUSTRAL_TEST_BLAS`, which
+/// `scripts/test.sh` sets to OpenBLAS from PyPI); None when unset outside CI, a panic in CI.
+pub fn test_blas() -> Option<String> {
+    match std::env::var("RUSTRAL_TEST_BLAS") {
+        Ok(p) if !p.is_empty() => Some(p),
+        _ if std::env::var_os("CI").is_some() => {
+            panic!("CI runs the BLAS tests: set RUSTRAL_TEST_BLAS (scripts/test.sh does)")
+        }
+        _ => {
+            eprintln!("RUSTRAL_TEST_BLAS is unset: the BLAS path is not tested (scripts/test.sh sets it)");
+            None
+        }
+    }
+}

@@ -6,10 +6,12 @@
 //! Fused elementwise bodies are compiled to native vector loops by Cranelift (`jit`); the
 //! row interpreter is kept as the baseline and for hosts Cranelift cannot target.
 
+pub mod blas;
 mod broadcast;
 mod jit;
 mod kernels;
 mod simd;
+pub use blas::gemm_library;
 pub use simd::{KERNEL_PATHS, cpu_features, kernel_path};
 mod storage;
 
@@ -38,6 +40,10 @@ pub enum CpuError {
         /// Why.
         message: String,
     },
+    /// `RUSTRAL_BLAS` names a library that cannot run the GEMMs (not found, no
+    /// `cblas_sgemm`, or a wrong answer to the check it is given).
+    #[error("{0}")]
+    Blas(String),
 }
 
 /// How `FusedElementwise` kernels run.
@@ -160,6 +166,8 @@ impl CpuProgram {
     /// Prepare `program` to run on `threads` threads.
     pub fn new(program: Program, threads: usize) -> Result<CpuProgram, CpuError> {
         let threads = threads.max(1);
+        // A BLAS the user asked for and cannot have is an error here, not a silent fallback.
+        blas::blas().map_err(|e| CpuError::Blas(e.to_string()))?;
         let pool = shared_pool(threads)?;
         warm_jit(&program);
         let backend = CpuBackend { pool, threads, elementwise: Elementwise::default() };

@@ -3,6 +3,7 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
+use crate::cpu::blas::{Blas, Operand};
 
 simd::multiversion! {
     /// Apply the activation to GEMM output values (the bias is already in them), the
@@ -96,6 +97,11 @@ pub(super) fn gemm_into(
         }
         return true;
     }
+    if let Ok(Some(blas)) = crate::cpu::blas::blas()
+        && blas_gemm(blas, dst, dst_rs, lhs, rhs, scale, accumulate, par)
+    {
+        return true;
+    }
     // SAFETY: `fits` checked that every element the three views address lies in its slice.
     unsafe {
         gemm::gemm(
@@ -119,6 +125,102 @@ pub(super) fn gemm_into(
             false,
             par,
         );
+    }
+    true
+}
+
+/// Multiply-adds below which a vendor BLAS's product runs on one thread (splitting it would
+/// cost more in task hand-offs than it saves).
+const BLAS_PARALLEL_WORK: usize = 1 << 20;
+
+/// A view as a CBLAS operand: row-major (`cs == 1`) or its transpose (`rs == 1`) with a leading
+/// dimension the library accepts; None for other layouts (a broadcast's zero stride).
+fn blas_operand(v: &View<'_>) -> Option<Operand> {
+    let ptr = v.data.as_ptr();
+    if v.cs == 1 && (v.rs >= v.cols || v.rows == 1) {
+        Some(Operand { ptr, trans: false, ld: v.rs.max(v.cols).max(1) })
+    } else if v.rs == 1 && (v.cs >= v.rows || v.cols == 1) {
+        Some(Operand { ptr, trans: true, ld: v.cs.max(v.rows).max(1) })
+    } else {
+        None
+    }
+}
+
+/// The output's base pointer, shared by the tasks that write its disjoint parts.
+#[derive(Clone, Copy)]
+struct Dst(*mut f32);
+impl Dst {
+    /// The element `offset` past the base (a method, so that a closure captures the whole
+    /// `Dst`, which is `Sync`, rather than its raw pointer).
+    ///
+    /// # Safety
+    /// `offset` must lie inside the output.
+    unsafe fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.0.add(offset) }
+    }
+}
+// SAFETY: each task writes only its own rows or columns of the output (see `blas_gemm`).
+unsafe impl Send for Dst {}
+// SAFETY: as above.
+unsafe impl Sync for Dst {}
+
+/// `gemm_into` by the vendor BLAS (`crate::cpu::blas`), the views already checked against
+/// their slices: one call on one thread, or under `Parallelism::Rayon` one call per thread on
+/// its share of the output's rows (of its columns when there are too few rows, as in a decode
+/// step's matrix-vector product). False (nothing written) for a layout or size CBLAS cannot
+/// take, which the `gemm` crate then runs.
+#[allow(clippy::too_many_arguments)]
+fn blas_gemm(
+    blas: &Blas,
+    dst: &mut [f32],
+    dst_rs: usize,
+    lhs: View<'_>,
+    rhs: View<'_>,
+    scale: f32,
+    accumulate: bool,
+    par: gemm::Parallelism,
+) -> bool {
+    let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
+    let (Some(a), Some(b)) = (blas_operand(&lhs), blas_operand(&rhs)) else { return false };
+    // Every part is smaller than the whole, so a whole that fits 32-bit sizes cannot fail part
+    // way through.
+    if [m, n, k, a.ld, b.ld, dst_rs].iter().any(|&v| i32::try_from(v).is_err()) {
+        return false;
+    }
+    let beta = if accumulate { 1.0 } else { 0.0 };
+    let threads = match par {
+        gemm::Parallelism::Rayon(0) => rayon::current_num_threads(),
+        gemm::Parallelism::Rayon(t) => t,
+        _ => 1,
+    };
+    let parts = if m.saturating_mul(n).saturating_mul(k) < BLAS_PARALLEL_WORK { 1 } else { threads.max(1) };
+    let c = Dst(dst.as_mut_ptr());
+    // Split the rows while each part keeps a few micro-kernel rows, else the columns.
+    let by_rows = m >= parts * 16;
+    let (len, step) = if by_rows { (m, m.div_ceil(parts)) } else { (n, n.div_ceil(parts)) };
+    let part = |p: usize| {
+        let (start, end) = (p * step, ((p + 1) * step).min(len));
+        if start >= end {
+            return;
+        }
+        // SAFETY: the views fit their slices (checked by `gemm_into`), so every sub-matrix
+        // does; part `p` writes only output rows (or columns) `start..end`, which no other
+        // part writes.
+        unsafe {
+            if by_rows {
+                let a = Operand { ptr: a.ptr.add(start * lhs.rs), ..a };
+                blas.sgemm(end - start, n, k, scale, a, b, beta, c.at(start * dst_rs), dst_rs);
+            } else {
+                let b = Operand { ptr: b.ptr.add(start * rhs.cs), ..b };
+                blas.sgemm(m, end - start, k, scale, a, b, beta, c.at(start), dst_rs);
+            }
+        }
+    };
+    if parts == 1 {
+        part(0);
+    } else {
+        (0..parts).into_par_iter().for_each(part);
     }
     true
 }
@@ -221,8 +323,69 @@ pub(super) fn matmul(
 
 #[cfg(test)]
 mod tests {
-    use super::matmul;
+    use super::{View, blas_gemm, matmul};
+    use crate::cpu::blas::{Blas, test_library};
     use rustral_ir::Activation;
+
+    /// The vendor BLAS path against an f64 product on every layout it takes: operands as
+    /// stored and transposed, accumulating or not, scaled, with a row stride wider than the
+    /// output, on one call, split by rows and split by columns; a broadcast (zero-stride)
+    /// operand is left to the `gemm` crate.
+    #[test]
+    fn blas_products_match_on_every_layout_and_split() {
+        let Some(path) = test_library() else { return };
+        let blas = Blas::open(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+        // (m, k, n): one call (small), rows split, columns split (a decode step's few rows).
+        for (m, k, n) in [(5, 7, 3), (96, 130, 150), (2, 700, 1000)] {
+            let a: Vec<f32> = (0..m * k).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
+            let b: Vec<f32> = (0..k * n).map(|i| ((i * 5 % 11) as f32 - 5.0) / 9.0).collect();
+            let (at, bt) = (transpose(&a, m, k), transpose(&b, k, n));
+            for (a_trans, b_trans, accumulate) in
+                [(false, false, false), (true, false, true), (false, true, false), (true, true, true)]
+            {
+                let lhs = if a_trans {
+                    View { data: &at, rows: m, cols: k, rs: 1, cs: m }
+                } else {
+                    View { data: &a, rows: m, cols: k, rs: k, cs: 1 }
+                };
+                let rhs = if b_trans {
+                    View { data: &bt, rows: k, cols: n, rs: 1, cs: k }
+                } else {
+                    View { data: &b, rows: k, cols: n, rs: n, cs: 1 }
+                };
+                let ld = n + 3;
+                let mut dst = vec![0.5f32; m * ld];
+                let done = pool
+                    .install(|| blas_gemm(&blas, &mut dst, ld, lhs, rhs, 2.0, accumulate, gemm::Parallelism::Rayon(2)));
+                assert!(done, "({m}, {k}, {n}) a^T {a_trans} b^T {b_trans}: not taken");
+                for i in 0..m {
+                    for j in 0..ld {
+                        let want = if j < n {
+                            let dot: f64 = (0..k).map(|p| f64::from(a[i * k + p]) * f64::from(b[p * n + j])).sum();
+                            2.0 * dot + if accumulate { 0.5 } else { 0.0 }
+                        } else {
+                            0.5 // past the output's columns: untouched
+                        };
+                        let got = f64::from(dst[i * ld + j]);
+                        assert!(
+                            (got - want).abs() <= 1e-4 * want.abs().max(1.0) * (k as f64).sqrt(),
+                            "({m}, {k}, {n}) a^T {a_trans} b^T {b_trans} acc {accumulate}: [{i}, {j}] {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+        let (a, b) = (vec![1.0f32; 4], vec![1.0f32; 4]);
+        let broadcast = View { data: &a, rows: 2, cols: 2, rs: 0, cs: 1 };
+        let rhs = View { data: &b, rows: 2, cols: 2, rs: 2, cs: 1 };
+        let mut dst = vec![0.0f32; 4];
+        assert!(!blas_gemm(&blas, &mut dst, 2, broadcast, rhs, 1.0, false, gemm::Parallelism::None));
+    }
+
+    fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        (0..rows * cols).map(|t| x[(t % rows) * cols + t / rows]).collect()
+    }
 
     /// `act(a.b + bias)` in f64 with the textbook activations.
     fn naive(a: &[f32], b: &[f32], bias: &[f32], (m, k, n): (usize, usize, usize), act: Activation) -> Vec<f64> {
