@@ -23,11 +23,13 @@ ap.add_argument("--models", default="layer_norm,softmax,gelu_tanh,attention,elem
                 "gpt2_block,minilm_l6,resnet18,vit_b16")
 ap.add_argument("--out", default="bench/results/rounds")
 ap.add_argument("--no-build", action="store_true")
+ap.add_argument("--tables-only", action="store_true",
+                help="time nothing: write the tables from the rounds already under OUT (a run cut short)")
 args = ap.parse_args()
 
 root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.chdir(root)
-if not args.no_build:
+if not args.no_build and not args.tables_only:
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "rustral-bench"], check=True)
 bench = os.path.join("target", "release", "rustral-bench")
 
@@ -40,7 +42,7 @@ def peers(t, out):
                     str(args.repeats), "--only", args.models, "--out", out], check=True)
 
 threads = [int(t) for t in args.threads.split(",")]
-for r in range(args.rounds):
+for r in range(0 if args.tables_only else args.rounds):
     out = os.path.join(args.out, f"round{r}")
     for t in threads:
         # Alternate the order, so that a drift within a round favours neither side.
