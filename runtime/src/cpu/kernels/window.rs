@@ -5,7 +5,7 @@
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
-use matmul::{View, gemm_into};
+use matmul::{View, crate_gemm_into};
 use rustral_ir::Window2d;
 
 /// Run a sliding-window op on f32 operands; None when a shape is not the NCHW it needs.
@@ -112,7 +112,7 @@ fn conv2d(
             };
             let lhs = View { data: &w[g * og * depth..(g + 1) * og * depth], rows: og, cols: depth, rs: depth, cs: 1 };
             let rhs = View { data: rhs_data, rows: depth, cols: blocks, rs: blocks, cs: 1 };
-            gemm_into(&mut dst[g * og * blocks..(g + 1) * og * blocks], blocks, lhs, rhs, 1.0, true, par)
+            crate_gemm_into(&mut dst[g * og * blocks..(g + 1) * og * blocks], blocks, lhs, rhs, 1.0, true, par)
         }) && {
             // The activation on the image's output while it is in cache.
             matmul::apply_epilogue(dst, act);
