@@ -82,27 +82,13 @@ pub(super) fn gemm_into(
     accumulate: bool,
     par: gemm::Parallelism,
 ) -> bool {
-    product_into(dst, dst_rs, lhs, rhs, scale, accumulate, par, true)
+    gemm_into_on(dst, dst_rs, lhs, rhs, scale, accumulate, par, true)
 }
 
-/// `gemm_into` always by the `gemm` crate: a convolution's im2col products (few rows, many
-/// columns) ran slower on MKL than on it (ResNet-18 at 1 thread on an Emerald Rapids core:
-/// 462-484 against 435-444 ms, back to back), so they stay on it.
-pub(super) fn crate_gemm_into(
-    dst: &mut [f32],
-    dst_rs: usize,
-    lhs: View<'_>,
-    rhs: View<'_>,
-    scale: f32,
-    accumulate: bool,
-    par: gemm::Parallelism,
-) -> bool {
-    product_into(dst, dst_rs, lhs, rhs, scale, accumulate, par, false)
-}
-
-/// `gemm_into`, on the vendor BLAS when `vendor` and one is loaded.
+/// `gemm_into`, on the vendor BLAS only when `vendor` and one is loaded (a convolution passes
+/// false: see `window.rs`).
 #[allow(clippy::too_many_arguments)]
-fn product_into(
+pub(super) fn gemm_into_on(
     dst: &mut [f32],
     dst_rs: usize,
     lhs: View<'_>,
