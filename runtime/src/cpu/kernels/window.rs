@@ -34,37 +34,44 @@ pub(super) fn window(op: &Op, args: &[(&[f32], &[usize])], out: &[usize]) -> Opt
 /// `cols[(k * taps + tap) * blocks + window]` of one image's channels `channels`, each
 /// `[h, w]` (im2col).
 fn im2col(plane: &[f32], [h, w]: [usize; 2], channels: usize, win: &Window2d, cols: &mut [f32]) {
+    let blocks = win.out_len(0, h).unwrap_or(0) * win.out_len(1, w).unwrap_or(0);
+    let rows = win.taps() * blocks;
+    for k in 0..channels {
+        im2col_channel(&plane[k * h * w..(k + 1) * h * w], [h, w], win, &mut cols[k * rows..(k + 1) * rows], blocks, 0);
+    }
+}
+
+/// One channel's im2col rows: tap `t`'s windows at `rows[t * ld + first..][..blocks]`, so that
+/// the rows of several images can sit side by side in one matrix of row stride `ld`.
+fn im2col_channel(src: &[f32], [h, w]: [usize; 2], win: &Window2d, rows: &mut [f32], ld: usize, first_col: usize) {
     let (oh, ow) = (win.out_len(0, h).unwrap_or(0), win.out_len(1, w).unwrap_or(0));
     let blocks = oh * ow;
-    for k in 0..channels {
-        let src = &plane[k * h * w..(k + 1) * h * w];
-        for ta in 0..win.kernel[0] {
-            for tb in 0..win.kernel[1] {
-                let row = ((k * win.kernel[0] + ta) * win.kernel[1] + tb) * blocks;
-                let dst = &mut cols[row..row + blocks];
-                // The columns whose tap lies inside, found once per tap: the rest is padding.
-                let xs = win.outputs_inside(1, tb, w, ow);
-                let (step, first) =
-                    (win.stride[1], (xs.start * win.stride[1] + tb * win.dilation[1]).wrapping_sub(win.padding[1]));
-                for y in 0..oh {
-                    let line = &mut dst[y * ow..(y + 1) * ow];
-                    let Some(sy) = win.source(0, y, ta, h) else {
-                        line.fill(0.0);
-                        continue;
-                    };
-                    line[..xs.start].fill(0.0);
-                    line[xs.end..].fill(0.0);
-                    let inside = &mut line[xs.clone()];
-                    let from = &src[sy * w..(sy + 1) * w];
-                    if inside.is_empty() {
-                        continue;
-                    }
-                    if step == 1 {
-                        inside.copy_from_slice(&from[first..first + inside.len()]);
-                    } else {
-                        for (j, d) in inside.iter_mut().enumerate() {
-                            *d = from[first + j * step];
-                        }
+    for ta in 0..win.kernel[0] {
+        for tb in 0..win.kernel[1] {
+            let row = (ta * win.kernel[1] + tb) * ld + first_col;
+            let dst = &mut rows[row..row + blocks];
+            // The columns whose tap lies inside, found once per tap: the rest is padding.
+            let xs = win.outputs_inside(1, tb, w, ow);
+            let (step, first) =
+                (win.stride[1], (xs.start * win.stride[1] + tb * win.dilation[1]).wrapping_sub(win.padding[1]));
+            for y in 0..oh {
+                let line = &mut dst[y * ow..(y + 1) * ow];
+                let Some(sy) = win.source(0, y, ta, h) else {
+                    line.fill(0.0);
+                    continue;
+                };
+                line[..xs.start].fill(0.0);
+                line[xs.end..].fill(0.0);
+                let inside = &mut line[xs.clone()];
+                let from = &src[sy * w..(sy + 1) * w];
+                if inside.is_empty() {
+                    continue;
+                }
+                if step == 1 {
+                    inside.copy_from_slice(&from[first..first + inside.len()]);
+                } else {
+                    for (j, d) in inside.iter_mut().enumerate() {
+                        *d = from[first + j * step];
                     }
                 }
             }
@@ -87,6 +94,9 @@ fn conv2d(
     let (cg, og, blocks) = (c / groups, o / groups, oh * ow);
     let depth = cg * win.taps();
     let direct = win.kernel == [1, 1] && win.stride == [1, 1] && win.padding == [0, 0];
+    if n > 1 && !direct && blocks <= MERGE_BLOCKS {
+        return conv2d_merged(x, [n, c, h, wd], w, bias, win, groups, act, [o, blocks], MERGE_VALUES);
+    }
     let mut result = vec![0.0f32; n * o * blocks];
     if result.is_empty() {
         return Some(result);
@@ -138,6 +148,97 @@ fn conv2d(
             .all(|(i, dst)| image(i, dst, &mut cols, gemm::Parallelism::Rayon(threads)))
     };
     fits.then_some(result)
+}
+
+/// Output pixels per image at or below which a convolution's images share one GEMM: a deep
+/// layer's per-image product (`[512, 4608] x [4608, 49]` in ResNet-18's last stage) has too
+/// few columns for the micro-kernel and packs the whole weight once per image.
+const MERGE_BLOCKS: usize = 256;
+
+/// im2col values (16 MiB) that one merged GEMM takes at most: a batch whose columns would not
+/// fit runs as several GEMMs of as many images as fit (at least one).
+const MERGE_VALUES: usize = 1 << 22;
+
+std::thread_local! {
+    /// The calling thread's im2col and product buffers for `conv2d_merged`, kept across calls:
+    /// fresh megabytes cost a page fault per 4 KiB on every convolution.
+    static MERGE_SCRATCH: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A convolution whose images share each GEMM: the im2col columns of `per` images side by side
+/// (`[depth, per * blocks]`, written a channel's rows at a time in parallel), one GEMM against
+/// the group's weights on the pool's threads, then each image's rows copied out of the product
+/// with the bias and the activation on them. `cap` bounds the im2col values of one GEMM.
+#[allow(clippy::too_many_arguments)]
+fn conv2d_merged(
+    x: &[f32],
+    [n, c, h, wd]: [usize; 4],
+    w: &[f32],
+    bias: Option<&[f32]>,
+    win: &Window2d,
+    groups: usize,
+    act: Activation,
+    [o, blocks]: [usize; 2],
+    cap: usize,
+) -> Option<Vec<f32>> {
+    let (cg, og, taps) = (c / groups, o / groups, win.taps());
+    let depth = cg * taps;
+    let mut result = vec![0.0f32; n * o * blocks];
+    if result.is_empty() || depth == 0 {
+        // No output, or an empty contraction: the bias alone.
+        for (f, chunk) in result.chunks_mut(blocks.max(1)).enumerate() {
+            chunk.fill(bias.map_or(0.0, |b| b[f % o]));
+        }
+        matmul::apply_epilogue(&mut result, act);
+        return Some(result);
+    }
+    let per = (cap / (depth * blocks)).clamp(1, n);
+    let threads = rayon::current_num_threads();
+    let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+    // Taken out of the cell for the call (a nested call on this thread, from a task this one
+    // stole while it waited, finds the cell empty and grows its own).
+    let mut buf = MERGE_SCRATCH.take();
+    let mut done = true;
+    for i0 in (0..n).step_by(per) {
+        let imgs = per.min(n - i0);
+        let ld = imgs * blocks;
+        if buf.len() < (depth + og) * ld {
+            buf.resize((depth + og) * ld, 0.0);
+        }
+        let (cols, prod) = buf.split_at_mut(depth * ld);
+        let prod = &mut prod[..og * ld];
+        for g in 0..groups {
+            cols.par_chunks_mut(taps * ld).enumerate().for_each(|(k, rows)| {
+                for i in 0..imgs {
+                    let ch = (i0 + i) * c + g * cg + k;
+                    im2col_channel(&x[ch * h * wd..(ch + 1) * h * wd], [h, wd], win, rows, ld, i * blocks);
+                }
+            });
+            let lhs = View { data: &w[g * og * depth..(g + 1) * og * depth], rows: og, cols: depth, rs: depth, cs: 1 };
+            let rhs = View { data: cols, rows: depth, cols: ld, rs: ld, cs: 1 };
+            if !gemm_into_on(prod, ld, lhs, rhs, 1.0, false, par, false) {
+                done = false;
+                break;
+            }
+            let prod = &*prod;
+            result[i0 * o * blocks..(i0 + imgs) * o * blocks].par_chunks_mut(o * blocks).enumerate().for_each(
+                |(i, image)| {
+                    let dst = &mut image[g * og * blocks..(g + 1) * og * blocks];
+                    for (f, row) in dst.chunks_exact_mut(blocks).enumerate() {
+                        let b = bias.map_or(0.0, |b| b[g * og + f]);
+                        row.iter_mut().zip(&prod[f * ld + i * blocks..][..blocks]).for_each(|(d, &p)| *d = p + b);
+                    }
+                    // The activation on the image's rows while they are in cache.
+                    matmul::apply_epilogue(dst, act);
+                },
+            );
+        }
+        if !done {
+            break;
+        }
+    }
+    MERGE_SCRATCH.set(buf);
+    done.then_some(result)
 }
 
 /// `a` or `b`, whichever is larger, NaN winning (PyTorch's max pooling).
@@ -220,4 +321,101 @@ fn fold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
         }
     });
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{conv2d, conv2d_merged};
+    use rustral_ir::{Activation, Window2d};
+
+    /// A direct convolution in f64: `out[i, f, y, x] = act(b[f] + sum w[f, k, a, b] x[i, g*cg + k,
+    /// y*s + a*d - p, ..])`, padding read as zero.
+    fn naive(
+        x: &[f32],
+        [n, c, h, w]: [usize; 4],
+        wt: &[f32],
+        bias: &[f32],
+        win: &Window2d,
+        groups: usize,
+        o: usize,
+    ) -> Vec<f64> {
+        let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
+        let (cg, og) = (c / groups, o / groups);
+        let [kh, kw] = win.kernel;
+        let mut out = vec![0.0f64; n * o * oh * ow];
+        for i in 0..n {
+            for f in 0..o {
+                let g = f / og;
+                for y in 0..oh {
+                    for xo in 0..ow {
+                        let mut acc = f64::from(bias[f]);
+                        for k in 0..cg {
+                            for a in 0..kh {
+                                for b in 0..kw {
+                                    let (Some(sy), Some(sx)) = (win.source(0, y, a, h), win.source(1, xo, b, w)) else {
+                                        continue;
+                                    };
+                                    let xv = x[((i * c + g * cg + k) * h + sy) * w + sx];
+                                    acc += f64::from(wt[((f * cg + k) * kh + a) * kw + b]) * f64::from(xv);
+                                }
+                            }
+                        }
+                        out[((i * o + f) * oh + y) * ow + xo] = acc.max(0.0);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The merged path (images side by side in each GEMM) against a direct f64 convolution,
+    /// with groups, stride, padding and dilation, a bias and a ReLU, on one and two threads,
+    /// with every image in one GEMM and with a cap that splits the batch unevenly (5 images as
+    /// 2 + 2 + 1); and the public entry point agrees with it.
+    #[test]
+    fn merged_images_match_a_direct_convolution() {
+        let (n, c, h, w, o, groups) = (5, 4, 9, 7, 6, 2);
+        let win = Window2d { kernel: [3, 2], stride: [2, 1], padding: [1, 1], dilation: [1, 2] };
+        let x: Vec<f32> = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
+        let wt: Vec<f32> = (0..o * (c / groups) * 6).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
+        let bias: Vec<f32> = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
+        let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
+        let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
+        let depth = (c / groups) * win.taps();
+        for threads in [1, 2] {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            for cap in [usize::MAX, 2 * depth * oh * ow] {
+                let got = pool
+                    .install(|| {
+                        conv2d_merged(
+                            &x,
+                            [n, c, h, w],
+                            &wt,
+                            Some(&bias),
+                            &win,
+                            groups,
+                            Activation::Relu,
+                            [o, oh * ow],
+                            cap,
+                        )
+                    })
+                    .expect("runs");
+                for (e, (&g, &wv)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0),
+                        "cap {cap}, {threads} thread(s), [{e}]: {g} vs {wv}"
+                    );
+                }
+            }
+            let entry = pool
+                .install(|| {
+                    conv2d(&x, &[n, c, h, w], &wt, Some(&bias), &win, groups, Activation::Relu, &[n, o, oh, ow])
+                })
+                .expect("runs");
+            assert_eq!(entry.len(), want.len());
+            for (e, (&g, &wv)) in entry.iter().zip(&want).enumerate() {
+                assert!((f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0), "conv2d, [{e}]: {g} vs {wv}");
+            }
+        }
+    }
 }
