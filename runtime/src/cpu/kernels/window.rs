@@ -7,6 +7,7 @@
 use super::*;
 use matmul::{View, gemm_into_on};
 use rustral_ir::Window2d;
+use std::ops::Range;
 
 /// Run a sliding-window op on f32 operands; None when a shape is not the NCHW it needs.
 pub(super) fn window(op: &Op, args: &[(&[f32], &[usize])], out: &[usize]) -> Option<Vec<f32>> {
@@ -18,10 +19,10 @@ pub(super) fn window(op: &Op, args: &[(&[f32], &[usize])], out: &[usize]) -> Opt
     let win = op.window2d(kernel)?;
     match op {
         Op::Conv2d { groups, .. } => {
-            conv2d(x, xs, args[1].0, args.get(2).map(|b| b.0), &win, *groups, Activation::None, out)
+            conv2d(x, xs, args[1].0, args.get(2).map(|b| b.0), &win, *groups, Activation::None, out, BAND_VALUES)
         }
         Op::Conv2dEpilogue { groups, activation, .. } => {
-            conv2d(x, xs, args[1].0, args.get(2).map(|b| b.0), &win, *groups, *activation, out)
+            conv2d(x, xs, args[1].0, args.get(2).map(|b| b.0), &win, *groups, *activation, out, BAND_VALUES)
         }
         Op::MaxPool2d { .. } => Some(pool(x, xs, &win, out, true)),
         Op::AvgPool2d { .. } => Some(pool(x, xs, &win, out, false)),
@@ -32,20 +33,30 @@ pub(super) fn window(op: &Op, args: &[(&[f32], &[usize])], out: &[usize]) -> Opt
 }
 
 /// `cols[(k * taps + tap) * blocks + window]` of one image's channels `channels`, each
-/// `[h, w]` (im2col).
-fn im2col(plane: &[f32], [h, w]: [usize; 2], channels: usize, win: &Window2d, cols: &mut [f32]) {
-    let blocks = win.out_len(0, h).unwrap_or(0) * win.out_len(1, w).unwrap_or(0);
+/// `[h, w]`, for the windows of output rows `ys` (`blocks` of them: im2col of a band).
+fn im2col(plane: &[f32], [h, w]: [usize; 2], channels: usize, win: &Window2d, ys: Range<usize>, cols: &mut [f32]) {
+    let blocks = ys.len() * win.out_len(1, w).unwrap_or(0);
     let rows = win.taps() * blocks;
     for k in 0..channels {
-        im2col_channel(&plane[k * h * w..(k + 1) * h * w], [h, w], win, &mut cols[k * rows..(k + 1) * rows], blocks, 0);
+        let (src, dst) = (&plane[k * h * w..(k + 1) * h * w], &mut cols[k * rows..(k + 1) * rows]);
+        im2col_channel(src, [h, w], win, ys.clone(), dst, blocks, 0);
     }
 }
 
-/// One channel's im2col rows: tap `t`'s windows at `rows[t * ld + first..][..blocks]`, so that
-/// the rows of several images can sit side by side in one matrix of row stride `ld`.
-fn im2col_channel(src: &[f32], [h, w]: [usize; 2], win: &Window2d, rows: &mut [f32], ld: usize, first_col: usize) {
-    let (oh, ow) = (win.out_len(0, h).unwrap_or(0), win.out_len(1, w).unwrap_or(0));
-    let blocks = oh * ow;
+/// One channel's im2col rows for the windows of output rows `ys`: tap `t`'s windows at
+/// `rows[t * ld + first..][..ys.len() * ow]`, so that the rows of several images can sit side by
+/// side in one matrix of row stride `ld`.
+fn im2col_channel(
+    src: &[f32],
+    [h, w]: [usize; 2],
+    win: &Window2d,
+    ys: Range<usize>,
+    rows: &mut [f32],
+    ld: usize,
+    first_col: usize,
+) {
+    let ow = win.out_len(1, w).unwrap_or(0);
+    let blocks = ys.len() * ow;
     for ta in 0..win.kernel[0] {
         for tb in 0..win.kernel[1] {
             let row = (ta * win.kernel[1] + tb) * ld + first_col;
@@ -54,8 +65,8 @@ fn im2col_channel(src: &[f32], [h, w]: [usize; 2], win: &Window2d, rows: &mut [f
             let xs = win.outputs_inside(1, tb, w, ow);
             let (step, first) =
                 (win.stride[1], (xs.start * win.stride[1] + tb * win.dilation[1]).wrapping_sub(win.padding[1]));
-            for y in 0..oh {
-                let line = &mut dst[y * ow..(y + 1) * ow];
+            for y in ys.clone() {
+                let line = &mut dst[(y - ys.start) * ow..(y - ys.start + 1) * ow];
                 let Some(sy) = win.source(0, y, ta, h) else {
                     line.fill(0.0);
                     continue;
@@ -89,11 +100,14 @@ fn conv2d(
     groups: usize,
     act: Activation,
     out: &[usize],
+    band_values: usize,
 ) -> Option<Vec<f32>> {
     let (&[n, c, h, wd], &[_, o, oh, ow]) = (xs, out) else { return None };
     let (cg, og, blocks) = (c / groups, o / groups, oh * ow);
     let depth = cg * win.taps();
     let direct = win.kernel == [1, 1] && win.stride == [1, 1] && win.padding == [0, 0];
+    // Output rows per im2col band: as many as keep the band's columns within `band_values`.
+    let band = if direct { oh } else { (band_values / (depth * ow).max(1)).clamp(1, oh.max(1)) };
     if n > 1 && !direct && blocks <= MERGE_BLOCKS {
         return conv2d_merged(x, [n, c, h, wd], w, bias, win, groups, act, [o, blocks], MERGE_VALUES);
     }
@@ -109,24 +123,29 @@ fn conv2d(
     // `cols` is a worker's im2col buffer, kept across its images: a fresh one per image costs
     // a page fault per 4 KiB (megabytes an image).
     let image = |i: usize, dst: &mut [f32], cols: &mut Vec<f32>, par: gemm::Parallelism| -> bool {
-        if !direct && cols.len() < depth * blocks {
-            cols.resize(depth * blocks, 0.0);
+        if !direct && cols.len() < depth * band * ow {
+            cols.resize(depth * band * ow, 0.0);
         }
         (0..groups).all(|g| {
             let plane = &x[(i * c + g * cg) * h * wd..(i * c + (g + 1) * cg) * h * wd];
-            let rhs_data: &[f32] = if direct {
-                plane
-            } else {
-                im2col(plane, [h, wd], cg, win, cols);
-                &cols[..depth * blocks]
-            };
             let lhs = View { data: &w[g * og * depth..(g + 1) * og * depth], rows: og, cols: depth, rs: depth, cs: 1 };
-            let rhs = View { data: rhs_data, rows: depth, cols: blocks, rs: blocks, cs: 1 };
-            // Always the `gemm` crate: these im2col products (few rows, many columns) ran slower
-            // on MKL (ResNet-18 at 1 thread on an Emerald Rapids core: 462-484 against 435-444
-            // ms, back to back).
-            let out = &mut dst[g * og * blocks..(g + 1) * og * blocks];
-            gemm_into_on(out, blocks, lhs, rhs, 1.0, true, par, false)
+            (0..oh).step_by(band).all(|y0| {
+                let ys = y0..(y0 + band).min(oh);
+                let width = ys.len() * ow;
+                let rhs_data: &[f32] = if direct {
+                    &plane[y0 * ow..]
+                } else {
+                    im2col(plane, [h, wd], cg, win, ys, cols);
+                    &cols[..depth * width]
+                };
+                let rs = if direct { blocks } else { width };
+                let rhs = View { data: rhs_data, rows: depth, cols: width, rs, cs: 1 };
+                // Always the `gemm` crate: these im2col products (few rows, many columns) ran
+                // slower on MKL (ResNet-18 at 1 thread on an Emerald Rapids core: 462-484 against
+                // 435-444 ms, back to back).
+                let out = &mut dst[g * og * blocks + y0 * ow..(g + 1) * og * blocks];
+                gemm_into_on(out, blocks, lhs, rhs, 1.0, true, par, false)
+            })
         }) && {
             // The activation on the image's output while it is in cache.
             matmul::apply_epilogue(dst, act);
@@ -149,6 +168,14 @@ fn conv2d(
     };
     fits.then_some(result)
 }
+
+/// im2col values of one band of an image's output rows at most (1 MiB), so that the GEMM packs
+/// columns still in cache rather than megabytes written out to memory and read back. Measured
+/// on one Zen 4 core (1 MiB L2), ResNet-18 at batch 8 in three interleaved runs: 359-374 ms
+/// with bands of 2^18 values, 376-530 ms without bands, 373-380 ms with 2^19; the 7x7 stem
+/// (`[147, 12544]` columns an image) went from 39-64 to 37-39 ms. Bands of 2^16 lost on the
+/// second stage, whose product then has too few columns a call (112).
+const BAND_VALUES: usize = 1 << 18;
 
 /// Output pixels per image at or below which a convolution's images share one GEMM: a deep
 /// layer's per-image product (`[512, 4608] x [4608, 49]` in ResNet-18's last stage) has too
@@ -183,6 +210,7 @@ fn conv2d_merged(
 ) -> Option<Vec<f32>> {
     let (cg, og, taps) = (c / groups, o / groups, win.taps());
     let depth = cg * taps;
+    let oh = win.out_len(0, h).unwrap_or(0);
     let mut result = vec![0.0f32; n * o * blocks];
     if result.is_empty() || depth == 0 {
         // No output, or an empty contraction: the bias alone.
@@ -211,7 +239,7 @@ fn conv2d_merged(
             cols.par_chunks_mut(taps * ld).enumerate().for_each(|(k, rows)| {
                 for i in 0..imgs {
                     let ch = (i0 + i) * c + g * cg + k;
-                    im2col_channel(&x[ch * h * wd..(ch + 1) * h * wd], [h, wd], win, rows, ld, i * blocks);
+                    im2col_channel(&x[ch * h * wd..(ch + 1) * h * wd], [h, wd], win, 0..oh, rows, ld, i * blocks);
                 }
             });
             let lhs = View { data: &w[g * og * depth..(g + 1) * og * depth], rows: og, cols: depth, rs: depth, cs: 1 };
@@ -291,8 +319,9 @@ fn unfold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
     let (c, h, w) = (xs[1], xs[2], xs[3]);
     let per_image = out[1] * out[2];
     let mut result = vec![0.0f32; out.iter().product()];
+    let oh = win.out_len(0, h).unwrap_or(0);
     result.par_chunks_mut(per_image.max(1)).enumerate().for_each(|(i, dst)| {
-        im2col(&x[i * c * h * w..(i + 1) * c * h * w], [h, w], c, win, dst);
+        im2col(&x[i * c * h * w..(i + 1) * c * h * w], [h, w], c, win, 0..oh, dst);
     });
     result
 }
@@ -325,7 +354,7 @@ fn fold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{conv2d, conv2d_merged};
+    use super::{BAND_VALUES, conv2d, conv2d_merged};
     use rustral_ir::{Activation, Window2d};
 
     /// A direct convolution in f64: `out[i, f, y, x] = act(b[f] + sum w[f, k, a, b] x[i, g*cg + k,
@@ -409,12 +438,75 @@ mod tests {
             }
             let entry = pool
                 .install(|| {
-                    conv2d(&x, &[n, c, h, w], &wt, Some(&bias), &win, groups, Activation::Relu, &[n, o, oh, ow])
+                    conv2d(
+                        &x,
+                        &[n, c, h, w],
+                        &wt,
+                        Some(&bias),
+                        &win,
+                        groups,
+                        Activation::Relu,
+                        &[n, o, oh, ow],
+                        BAND_VALUES,
+                    )
                 })
                 .expect("runs");
             assert_eq!(entry.len(), want.len());
             for (e, (&g, &wv)) in entry.iter().zip(&want).enumerate() {
                 assert!((f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0), "conv2d, [{e}]: {g} vs {wv}");
+            }
+        }
+    }
+
+    /// The per-image path in bands of output rows (im2col of a few rows, each band's GEMM writing
+    /// its columns of the output) against a direct f64 convolution: bands of one row, of three
+    /// rows (the last one short), and the whole image, with groups, stride, padding and a ReLU;
+    /// and a 1x1 convolution, which takes the image as its columns and never bands. One thread
+    /// runs an image per task, two run one image's GEMM on both.
+    #[test]
+    fn banded_im2col_matches_a_direct_convolution() {
+        let (c, h, w, o, groups) = (4, 33, 23, 6, 2);
+        let cases = [
+            (2, Window2d { kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1] }),
+            (1, Window2d { kernel: [3, 2], stride: [2, 1], padding: [1, 0], dilation: [1, 2] }),
+            (1, Window2d { kernel: [1, 1], stride: [1, 1], padding: [0, 0], dilation: [1, 1] }),
+        ];
+        for (n, win) in cases {
+            let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
+            assert!(oh * ow > super::MERGE_BLOCKS, "the case must take the per-image path");
+            let x: Vec<f32> = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
+            let wt: Vec<f32> = (0..o * (c / groups) * win.taps()).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
+            let bias: Vec<f32> = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
+            let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
+            let depth = (c / groups) * win.taps();
+            for rows in [1, 3, oh] {
+                for threads in [1, 2] {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                    let out = [n, o, oh, ow];
+                    let got = pool
+                        .install(|| {
+                            conv2d(
+                                &x,
+                                &[n, c, h, w],
+                                &wt,
+                                Some(&bias),
+                                &win,
+                                groups,
+                                Activation::Relu,
+                                &out,
+                                rows * depth * ow,
+                            )
+                        })
+                        .expect("runs");
+                    assert_eq!(got.len(), want.len());
+                    for (e, (&g, &wv)) in got.iter().zip(&want).enumerate() {
+                        assert!(
+                            (f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0),
+                            "{:?}, bands of {rows} rows, {threads} thread(s), [{e}]: {g} vs {wv}",
+                            win.kernel
+                        );
+                    }
+                }
             }
         }
     }
