@@ -1,5 +1,5 @@
 //! Per-kernel profile of a workload on the CPU target, summed by op and by module path:
-//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|train_step|resnet18|vit_b16] [threads]`
+//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|train_step|resnet18|vit_b16] [threads] [batch]`
 //! (`train_step`: the training step of the `train_step` bench, forward and backward, without
 //! the optimizer).
 
@@ -15,6 +15,7 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map_or("minilm", String::as_str);
     let threads = args.get(1).and_then(|t| t.parse().ok()).unwrap_or(1);
+    let batch: Option<usize> = args.get(2).and_then(|b| b.parse().ok());
     let (traced, sizes) = match which {
         "train_step" => {
             let t = rustral_bench::gpt2_block_loss();
@@ -46,6 +47,11 @@ fn main() {
             (t.expect("traces"), vec![("batch", 32), ("seq", 128)])
         }
     };
+    // A batch given on the command line replaces the workload's own (the bench's MiniLM row is batch 8).
+    let sizes: Vec<(&str, usize)> = sizes
+        .into_iter()
+        .map(|(name, size)| (name, if name == "batch" { batch.unwrap_or(size) } else { size }))
+        .collect();
     let p = prepare(&traced, OptLevel::O2, threads, &sizes, 30000);
     let inputs: HashMap<String, HostTensor> = p.inputs.iter().map(|(n, s)| (n.clone(), s.to_host())).collect();
     let _ = p.program.run_profiled(&inputs).expect("runs");
