@@ -132,14 +132,14 @@ fn conv2d(
             (0..oh).step_by(band).all(|y0| {
                 let ys = y0..(y0 + band).min(oh);
                 let width = ys.len() * ow;
+                // A 1x1 convolution is one band (`band == oh`): the image's planes are its columns.
                 let rhs_data: &[f32] = if direct {
-                    &plane[y0 * ow..]
+                    plane
                 } else {
                     im2col(plane, [h, wd], cg, win, ys, cols);
                     &cols[..depth * width]
                 };
-                let rs = if direct { blocks } else { width };
-                let rhs = View { data: rhs_data, rows: depth, cols: width, rs, cs: 1 };
+                let rhs = View { data: rhs_data, rows: depth, cols: width, rs: width, cs: 1 };
                 // Always the `gemm` crate: these im2col products (few rows, many columns) ran
                 // slower on MKL (ResNet-18 at 1 thread on an Emerald Rapids core: 462-484 against
                 // 435-444 ms, back to back).
@@ -357,6 +357,23 @@ mod tests {
     use super::{BAND_VALUES, conv2d, conv2d_merged};
     use rustral_ir::{Activation, Window2d};
 
+    /// Operands for `n` images of `[c, h, w]` and `o` filters of `depth` weights each, with
+    /// values in a few distinct magnitudes and signs, and a bias per filter.
+    fn operands(n: usize, [c, h, w]: [usize; 3], o: usize, depth: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let x = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
+        let wt = (0..o * depth).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
+        let bias = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
+        (x, wt, bias)
+    }
+
+    /// `got` within 1e-4 of `want`, relative where `|want| > 1`; `what` names the case.
+    fn assert_close(got: &[f32], want: &[f64], what: &str) {
+        assert_eq!(got.len(), want.len(), "{what}: length");
+        for (e, (&g, &wv)) in got.iter().zip(want).enumerate() {
+            assert!((f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0), "{what}, [{e}]: {g} vs {wv}");
+        }
+    }
+
     /// A direct convolution in f64: `out[i, f, y, x] = act(b[f] + sum w[f, k, a, b] x[i, g*cg + k,
     /// y*s + a*d - p, ..])`, padding read as zero.
     fn naive(
@@ -405,12 +422,10 @@ mod tests {
     fn merged_images_match_a_direct_convolution() {
         let (n, c, h, w, o, groups) = (5, 4, 9, 7, 6, 2);
         let win = Window2d { kernel: [3, 2], stride: [2, 1], padding: [1, 1], dilation: [1, 2] };
-        let x: Vec<f32> = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
-        let wt: Vec<f32> = (0..o * (c / groups) * 6).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
-        let bias: Vec<f32> = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
+        let depth = (c / groups) * win.taps();
+        let (x, wt, bias) = operands(n, [c, h, w], o, depth);
         let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
         let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
-        let depth = (c / groups) * win.taps();
         for threads in [1, 2] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
             for cap in [usize::MAX, 2 * depth * oh * ow] {
@@ -429,12 +444,7 @@ mod tests {
                         )
                     })
                     .expect("runs");
-                for (e, (&g, &wv)) in got.iter().zip(&want).enumerate() {
-                    assert!(
-                        (f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0),
-                        "cap {cap}, {threads} thread(s), [{e}]: {g} vs {wv}"
-                    );
-                }
+                assert_close(&got, &want, &format!("cap {cap}, {threads} thread(s)"));
             }
             let entry = pool
                 .install(|| {
@@ -451,10 +461,7 @@ mod tests {
                     )
                 })
                 .expect("runs");
-            assert_eq!(entry.len(), want.len());
-            for (e, (&g, &wv)) in entry.iter().zip(&want).enumerate() {
-                assert!((f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0), "conv2d, [{e}]: {g} vs {wv}");
-            }
+            assert_close(&entry, &want, "conv2d");
         }
     }
 
@@ -474,11 +481,9 @@ mod tests {
         for (n, win) in cases {
             let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
             assert!(oh * ow > super::MERGE_BLOCKS, "the case must take the per-image path");
-            let x: Vec<f32> = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
-            let wt: Vec<f32> = (0..o * (c / groups) * win.taps()).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
-            let bias: Vec<f32> = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
-            let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
             let depth = (c / groups) * win.taps();
+            let (x, wt, bias) = operands(n, [c, h, w], o, depth);
+            let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
             for rows in [1, 3, oh] {
                 for threads in [1, 2] {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
@@ -498,14 +503,7 @@ mod tests {
                             )
                         })
                         .expect("runs");
-                    assert_eq!(got.len(), want.len());
-                    for (e, (&g, &wv)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            (f64::from(g) - wv).abs() <= 1e-4 * wv.abs().max(1.0),
-                            "{:?}, bands of {rows} rows, {threads} thread(s), [{e}]: {g} vs {wv}",
-                            win.kernel
-                        );
-                    }
+                    assert_close(&got, &want, &format!("{:?}, bands of {rows} rows, {threads} thread(s)", win.kernel));
                 }
             }
         }
