@@ -12,7 +12,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rustral_bench::workloads::{
     attention, cross_entropy, elementwise_chain, gelu_tanh, gemm, gpt2_block, head_split, layer_norm, minilm,
-    padded_attention, softmax,
+    padded_attention, resnet_stem, softmax,
 };
 use rustral_bench::{Prepared, prepare};
 use rustral_frontend::Traced;
@@ -83,6 +83,8 @@ fn cpu_target(c: &mut Criterion) {
     bench(c, "cross_entropy_8x128x8192", &cross_entropy(), &both, &[], None, 3);
     bench(c, "head_split_permute_8x128x12x64", &head_split(), &[OptLevel::O2], &[], None, 2);
     bench(c, "gemm_1024", &gemm(1024), &[OptLevel::O2], &[], Some(2 * 1024 * 1024 * 1024), 5);
+    // 8 images x 64 filters x 112^2 outputs x 147 multiply-adds.
+    bench(c, "resnet_stem_conv7x7s2_b8", &resnet_stem(), &[OptLevel::O2], &[], Some(2 * 8 * 64 * 112 * 112 * 147), 5);
     bench(c, "gpt2_small_block_b8_s128", &gpt2_block(), &both, &[], None, 10);
     bench(c, "minilm_l6_b32_s128", &minilm(), &[OptLevel::O2], &[("batch", 32), ("seq", 128)], None, 20);
 }

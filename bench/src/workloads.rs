@@ -101,6 +101,15 @@ pub fn all() -> Vec<Workload> {
             heavy: true,
         },
         Workload {
+            name: "resnet_stem",
+            kind: Kind::Op,
+            description: "ResNet-18's stem: conv2d (k7 s2 p3, 3->64) + bias + ReLU, [8,3,224,224]",
+            fused_by: None,
+            trace: resnet_stem,
+            sizes: &[],
+            heavy: true,
+        },
+        Workload {
             name: "patch_embed_matmul",
             kind: Kind::Op,
             description: "ViT-B/16 patch embedding as reshape + permute + matmul + bias, [8,3,224,224]",
@@ -268,6 +277,18 @@ pub fn vit_b16() -> Traced {
         Ok(vec![("last_hidden_state".into(), hidden), ("pooler_output".into(), pooled)])
     })
     .expect("ViT-B/16 traces")
+}
+
+/// ResNet-18's stem convolution with its (folded) batch norm as a bias and the ReLU: the
+/// product with the fewest input channels (a contraction of 147) and a stride of 2.
+pub fn resnet_stem() -> Traced {
+    traced(|ctx| {
+        let x = input(ctx, &[8, 3, 224, 224])?;
+        let w = ctx.param("weight", &[64, 3, 7, 7].map(Dim::fixed), Init::Normal { std: 0.05 })?;
+        let b = ctx.param("bias", &[Dim::fixed(64)], Init::Normal { std: 0.1 })?;
+        let window = rustral_frontend::Window::default().stride(2).padding(3);
+        Ok(vec![x.conv2d(&w, Some(&b), window, 1)?.relu()?])
+    })
 }
 
 /// ViT-B/16's patch embedding of `[8, 3, 224, 224]` into `[8, 196, 768]`, as the convolution

@@ -43,50 +43,70 @@ fn im2col(plane: &[f32], [h, w]: [usize; 2], channels: usize, win: &Window2d, ys
     }
 }
 
-/// One channel's im2col rows for the windows of output rows `ys`: tap `t`'s windows at
-/// `rows[t * ld + first..][..ys.len() * ow]`, so that the rows of several images can sit side by
-/// side in one matrix of row stride `ld`.
-fn im2col_channel(
-    src: &[f32],
-    [h, w]: [usize; 2],
-    win: &Window2d,
-    ys: Range<usize>,
-    rows: &mut [f32],
-    ld: usize,
-    first_col: usize,
-) {
-    let ow = win.out_len(1, w).unwrap_or(0);
-    let blocks = ys.len() * ow;
-    for ta in 0..win.kernel[0] {
-        for tb in 0..win.kernel[1] {
-            let row = (ta * win.kernel[1] + tb) * ld + first_col;
-            let dst = &mut rows[row..row + blocks];
-            // The columns whose tap lies inside, found once per tap: the rest is padding.
-            let xs = win.outputs_inside(1, tb, w, ow);
-            let (step, first) =
-                (win.stride[1], (xs.start * win.stride[1] + tb * win.dilation[1]).wrapping_sub(win.padding[1]));
-            for y in ys.clone() {
-                let line = &mut dst[(y - ys.start) * ow..(y - ys.start + 1) * ow];
-                let Some(sy) = win.source(0, y, ta, h) else {
-                    line.fill(0.0);
-                    continue;
-                };
-                line[..xs.start].fill(0.0);
-                line[xs.end..].fill(0.0);
-                let inside = &mut line[xs.clone()];
-                let from = &src[sy * w..(sy + 1) * w];
-                if inside.is_empty() {
-                    continue;
-                }
-                if step == 1 {
-                    inside.copy_from_slice(&from[first..first + inside.len()]);
-                } else {
-                    for (j, d) in inside.iter_mut().enumerate() {
-                        *d = from[first + j * step];
+simd::multiversion! {
+    /// One channel's im2col rows for the windows of output rows `ys`: tap `t`'s windows at
+    /// `rows[t * ld + first..][..ys.len() * ow]`, so that the rows of several images can sit side by
+    /// side in one matrix of row stride `ld`.
+    fn im2col_channel(
+        src: &[f32],
+        hw: [usize; 2],
+        win: &Window2d,
+        ys: Range<usize>,
+        rows: &mut [f32],
+        ld: usize,
+        first_col: usize,
+    ) {
+        let [h, w] = hw;
+        let ow = win.out_len(1, w).unwrap_or(0);
+        let blocks = ys.len() * ow;
+        for ta in 0..win.kernel[0] {
+            for tb in 0..win.kernel[1] {
+                let row = (ta * win.kernel[1] + tb) * ld + first_col;
+                let dst = &mut rows[row..row + blocks];
+                // The columns whose tap lies inside, found once per tap: the rest is padding.
+                let xs = win.outputs_inside(1, tb, w, ow);
+                let (step, first) =
+                    (win.stride[1], (xs.start * win.stride[1] + tb * win.dilation[1]).wrapping_sub(win.padding[1]));
+                for y in ys.clone() {
+                    let line = &mut dst[(y - ys.start) * ow..(y - ys.start + 1) * ow];
+                    let Some(sy) = win.source(0, y, ta, h) else {
+                        line.fill(0.0);
+                        continue;
+                    };
+                    line[..xs.start].fill(0.0);
+                    line[xs.end..].fill(0.0);
+                    let inside = &mut line[xs.clone()];
+                    let from = &src[sy * w..(sy + 1) * w];
+                    if inside.is_empty() {
+                        continue;
+                    }
+                    if step == 1 {
+                        inside.copy_from_slice(&from[first..first + inside.len()]);
+                    } else {
+                        strided_copy(inside, &from[first..], step);
                     }
                 }
             }
         }
+    }
+}
+
+/// `dst[j] = src[j * step]` (while `src` lasts): a stride-2 window (ResNet's stem, its
+/// downsampling convolutions) by vector shuffles; other strides by an iterator that needs no
+/// bounds check per element.
+#[inline(always)]
+fn strided_copy(dst: &mut [f32], src: &[f32], step: usize) {
+    if step == 2 {
+        // Sixteen outputs from 32 inputs a step, fixed sizes the compiler vectorises whole; a
+        // loop of unknown length left most of a 112-wide row to its scalar remainder.
+        let whole = (dst.len() / 16).min(src.len() / 32);
+        let (head, tail) = dst.split_at_mut(whole * 16);
+        for (d, s) in head.chunks_exact_mut(16).zip(src.chunks_exact(32)) {
+            d.iter_mut().enumerate().for_each(|(i, d)| *d = s[2 * i]);
+        }
+        tail.iter_mut().zip(src[whole * 32..].chunks(2)).for_each(|(d, pair)| *d = pair[0]);
+    } else {
+        dst.iter_mut().zip(src.iter().step_by(step)).for_each(|(d, &s)| *d = s);
     }
 }
 
@@ -115,11 +135,6 @@ fn conv2d(
     if result.is_empty() {
         return Some(result);
     }
-    if let Some(b) = bias {
-        for (f, chunk) in result.chunks_mut(blocks).enumerate() {
-            chunk.fill(b[f % o]);
-        }
-    }
     // `cols` is a worker's im2col buffer, kept across its images: a fresh one per image costs
     // a page fault per 4 KiB (megabytes an image).
     let image = |i: usize, dst: &mut [f32], cols: &mut Vec<f32>, par: gemm::Parallelism| -> bool {
@@ -140,17 +155,26 @@ fn conv2d(
                     &cols[..depth * width]
                 };
                 let rhs = View { data: rhs_data, rows: depth, cols: width, rs: width, cs: 1 };
+                let out = &mut dst[g * og * blocks + y0 * ow..(g + 1) * og * blocks];
+                // The band's bias before its product and its activation after it, on columns
+                // still in cache (a pass over the whole image each, before and after, cost the
+                // stem a tenth of its time).
+                if let Some(b) = bias {
+                    for (f, row) in out.chunks_mut(blocks).enumerate() {
+                        row[..width].fill(b[g * og + f]);
+                    }
+                }
                 // Always the `gemm` crate: these im2col products (few rows, many columns) ran
                 // slower on MKL (ResNet-18 at 1 thread on an Emerald Rapids core: 462-484 against
                 // 435-444 ms, back to back).
-                let out = &mut dst[g * og * blocks + y0 * ow..(g + 1) * og * blocks];
-                gemm_into_on(out, blocks, lhs, rhs, 1.0, true, par, false)
+                gemm_into_on(out, blocks, lhs, rhs, 1.0, bias.is_some(), par, false) && {
+                    if act != Activation::None {
+                        out.chunks_mut(blocks).for_each(|row| matmul::apply_epilogue(&mut row[..width], act));
+                    }
+                    true
+                }
             })
-        }) && {
-            // The activation on the image's output while it is in cache.
-            matmul::apply_epilogue(dst, act);
-            true
-        }
+        })
     };
     let threads = rayon::current_num_threads();
     let fits = if n >= threads || threads == 1 {
@@ -354,7 +378,7 @@ fn fold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
 
 #[cfg(test)]
 mod tests {
-    use super::{BAND_VALUES, conv2d, conv2d_merged};
+    use super::{BAND_VALUES, conv2d, conv2d_merged, strided_copy};
     use rustral_ir::{Activation, Window2d};
 
     /// Operands for `n` images of `[c, h, w]` and `o` filters of `depth` weights each, with
@@ -375,7 +399,7 @@ mod tests {
     }
 
     /// A direct convolution in f64: `out[i, f, y, x] = act(b[f] + sum w[f, k, a, b] x[i, g*cg + k,
-    /// y*s + a*d - p, ..])`, padding read as zero.
+    /// y*s + a*d - p, ..])`, padding read as zero, `act` a ReLU where `relu` (else none).
     fn naive(
         x: &[f32],
         [n, c, h, w]: [usize; 4],
@@ -384,6 +408,7 @@ mod tests {
         win: &Window2d,
         groups: usize,
         o: usize,
+        relu: bool,
     ) -> Vec<f64> {
         let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
         let (cg, og) = (c / groups, o / groups);
@@ -406,7 +431,7 @@ mod tests {
                                 }
                             }
                         }
-                        out[((i * o + f) * oh + y) * ow + xo] = acc.max(0.0);
+                        out[((i * o + f) * oh + y) * ow + xo] = if relu { acc.max(0.0) } else { acc };
                     }
                 }
             }
@@ -425,7 +450,7 @@ mod tests {
         let depth = (c / groups) * win.taps();
         let (x, wt, bias) = operands(n, [c, h, w], o, depth);
         let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
-        let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
+        let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o, true);
         for threads in [1, 2] {
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
             for cap in [usize::MAX, 2 * depth * oh * ow] {
@@ -472,38 +497,55 @@ mod tests {
     /// runs an image per task, two run one image's GEMM on both.
     #[test]
     fn banded_im2col_matches_a_direct_convolution() {
-        let (c, h, w, o, groups) = (4, 33, 23, 6, 2);
+        let (c, h, o, groups) = (4, 33, 6, 2);
+        // The stem's window (7x7, stride 2, padding 3) on rows wide enough for the stride-2
+        // copy's vector blocks (36 outputs a row); without a bias and activation as well.
+        let stem = Window2d { kernel: [7, 7], stride: [2, 2], padding: [3, 3], dilation: [1, 1] };
         let cases = [
-            (2, Window2d { kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1] }),
-            (1, Window2d { kernel: [3, 2], stride: [2, 1], padding: [1, 0], dilation: [1, 2] }),
-            (1, Window2d { kernel: [1, 1], stride: [1, 1], padding: [0, 0], dilation: [1, 1] }),
+            (2, 23, Window2d { kernel: [3, 3], stride: [1, 1], padding: [1, 1], dilation: [1, 1] }, true),
+            (1, 23, Window2d { kernel: [3, 2], stride: [2, 1], padding: [1, 0], dilation: [1, 2] }, true),
+            (1, 23, Window2d { kernel: [1, 1], stride: [1, 1], padding: [0, 0], dilation: [1, 1] }, true),
+            (1, 71, stem, true),
+            (2, 71, stem, false),
         ];
-        for (n, win) in cases {
+        for (n, w, win, epilogue) in cases {
             let (oh, ow) = (win.out_len(0, h).unwrap(), win.out_len(1, w).unwrap());
             assert!(oh * ow > super::MERGE_BLOCKS, "the case must take the per-image path");
             let depth = (c / groups) * win.taps();
-            let (x, wt, bias) = operands(n, [c, h, w], o, depth);
-            let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o);
+            let (x, wt, mut bias) = operands(n, [c, h, w], o, depth);
+            if !epilogue {
+                bias.fill(0.0);
+            }
+            let want = naive(&x, [n, c, h, w], &wt, &bias, &win, groups, o, epilogue);
+            let (bias, act) = if epilogue { (Some(&bias[..]), Activation::Relu) } else { (None, Activation::None) };
             for rows in [1, 3, oh] {
                 for threads in [1, 2] {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                     let out = [n, o, oh, ow];
                     let got = pool
-                        .install(|| {
-                            conv2d(
-                                &x,
-                                &[n, c, h, w],
-                                &wt,
-                                Some(&bias),
-                                &win,
-                                groups,
-                                Activation::Relu,
-                                &out,
-                                rows * depth * ow,
-                            )
-                        })
+                        .install(|| conv2d(&x, &[n, c, h, w], &wt, bias, &win, groups, act, &out, rows * depth * ow))
                         .expect("runs");
-                    assert_close(&got, &want, &format!("{:?}, bands of {rows} rows, {threads} thread(s)", win.kernel));
+                    let what = format!("{:?} on {w} columns, bands of {rows} rows, {threads} thread(s)", win.kernel);
+                    assert_close(&got, &want, &what);
+                }
+            }
+        }
+    }
+
+    /// `strided_copy` takes every `step`-th value while the source lasts and leaves the rest of
+    /// the destination alone, at every length around its 16-wide blocks.
+    #[test]
+    fn strided_copy_takes_every_step_th_value() {
+        for step in [2, 3] {
+            for len in 0..40 {
+                for have in 0..=len * step + 2 {
+                    let src: Vec<f32> = (0..have).map(|i| i as f32).collect();
+                    let mut dst = vec![-1.0f32; len];
+                    strided_copy(&mut dst, &src, step);
+                    for (j, &d) in dst.iter().enumerate() {
+                        let want = if j * step < have { (j * step) as f32 } else { -1.0 };
+                        assert_eq!(d, want, "step {step}, {len} outputs from {have} values, [{j}]");
+                    }
                 }
             }
         }
