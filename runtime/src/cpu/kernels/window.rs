@@ -157,8 +157,8 @@ fn conv2d(
                 let rhs = View { data: rhs_data, rows: depth, cols: width, rs: width, cs: 1 };
                 let out = &mut dst[g * og * blocks + y0 * ow..(g + 1) * og * blocks];
                 // The band's bias before its product and its activation after it, on columns
-                // still in cache (a pass over the whole image each, before and after, cost the
-                // stem a tenth of its time).
+                // still in cache (the bias written over the whole output first and the
+                // activation over each whole image after took 7% of the stem's profile samples).
                 if let Some(b) = bias {
                     for (f, row) in out.chunks_mut(blocks).enumerate() {
                         row[..width].fill(b[g * og + f]);
@@ -400,6 +400,7 @@ mod tests {
 
     /// A direct convolution in f64: `out[i, f, y, x] = act(b[f] + sum w[f, k, a, b] x[i, g*cg + k,
     /// y*s + a*d - p, ..])`, padding read as zero, `act` a ReLU where `relu` (else none).
+    #[allow(clippy::too_many_arguments)]
     fn naive(
         x: &[f32],
         [n, c, h, w]: [usize; 4],
