@@ -5,6 +5,8 @@
 
 use ndarray::ArrayD;
 use ndarray_npy::ReadNpyExt;
+use ndarray_npy::npy::header::Header;
+use py_literal::Value as PyValue;
 use rustral_ir::DType;
 use std::io::{Read, Seek, SeekFrom};
 
@@ -22,6 +24,10 @@ pub struct NpyHeader {
 /// The most header bytes read: numpy's own headers are far below this (format 2.0 exists for
 /// headers past 64 KiB).
 const MAX_HEADER: u64 = 1 << 24;
+
+/// The most opening brackets a header may hold: a plain array's holds 2, and a structured
+/// dtype's few fields (refused later, with their own message) up to 4.
+const MAX_BRACKETS: usize = 4;
 
 /// The header of a .npy file, checked against its length (the stream's, from its start).
 pub fn header<R: Read + Seek>(f: &mut R) -> Result<NpyHeader, String> {
@@ -47,8 +53,29 @@ pub fn header<R: Read + Seek>(f: &mut R) -> Result<NpyHeader, String> {
     let mut text = vec![0u8; header_len as usize];
     f.seek(SeekFrom::Start(8 + size_bytes)).map_err(|e| e.to_string())?;
     f.read_exact(&mut text).map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&text);
-    let header = parse_dict(&text).ok_or_else(|| format!("a .npy header that cannot be read: {}", text.trim()))?;
+    // The parser below (py_literal's grammar) backtracks: its time grows 3-fold with each
+    // level of nested braces, and the fuzz target found a 306-byte header that ran for
+    // minutes. A plain array's header holds two brackets, `{` and the shape's `(`; counting
+    // every bracket, in strings too, bounds the nesting however the header hides it.
+    let brackets = text.iter().filter(|b| matches!(b, b'{' | b'[' | b'(')).count();
+    if brackets > MAX_BRACKETS {
+        return Err(format!(
+            "a .npy header with {brackets} opening brackets; a plain float or integer array's has 2 \
+             (structured dtypes are not read)"
+        ));
+    }
+    // The dictionary is read by ndarray-npy's own parser, the one that reads the data after
+    // it, so that the shape checked here is the shape read there (a header that names a key
+    // twice means its last value, to numpy and to ndarray-npy alike).
+    f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    let parsed = Header::from_reader(f).map_err(|e| format!("a .npy header that cannot be read: {e}"))?;
+    let descr = match parsed.type_descriptor {
+        PyValue::String(descr) => descr,
+        other => return Err(format!("a structured dtype {other}: give a plain float or integer array")),
+    };
+    let item = descr.trim_start_matches(|c: char| !c.is_ascii_digit()).parse().ok().filter(|&n: &u64| n > 0);
+    let item = item.ok_or_else(|| format!("a dtype {descr:?} without an element size"))?;
+    let header = NpyHeader { descr, shape: parsed.shape.iter().map(|&d| d as u64).collect(), item };
     let data = header.shape.iter().try_fold(header.item, |n, &d| n.checked_mul(d));
     match data {
         Some(n) if n == len - data_at => Ok(header),
@@ -66,26 +93,6 @@ pub fn header<R: Read + Seek>(f: &mut R) -> Result<NpyHeader, String> {
         )),
         None => Err(format!("the header's shape {:?} has more than 2^64 bytes", header.shape)),
     }
-}
-
-/// `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }` as numpy writes it.
-fn parse_dict(text: &str) -> Option<NpyHeader> {
-    let after =
-        |key: &str| text.find(key).map(|i| text[i + key.len()..].trim_start().trim_start_matches(':').trim_start());
-    let descr = after("'descr'")?;
-    let quote = descr.chars().next().filter(|q| *q == '\'' || *q == '"')?;
-    let descr = descr[1..].split(quote).next()?.to_string();
-    // Fortran order is read as it is (ndarray-npy lays it out; values come out row-major).
-    after("'fortran_order'")?;
-    let shape = after("'shape'")?.strip_prefix('(')?;
-    let shape: Vec<u64> = shape[..shape.find(')')?]
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| d.parse().ok())
-        .collect::<Option<_>>()?;
-    let item = descr.trim_start_matches(|c: char| !c.is_ascii_digit()).parse().ok().filter(|&n| n > 0)?;
-    Some(NpyHeader { descr, shape, item })
 }
 
 /// The values of a .npy file whose `header` was read (and its size checked against memory
@@ -121,14 +128,71 @@ pub fn values<R: Read + Seek>(mut f: R, header: &NpyHeader, dtype: DType) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Cursor;
+
+    /// A version 1.0 .npy file as numpy lays it out: magic, version, header length, the
+    /// dictionary padded with spaces to a 64-byte boundary and ended by a newline, the data.
+    fn npy(dict: &str, data: &[u8]) -> Vec<u8> {
+        let mut text = dict.to_string();
+        while !(10 + text.len() + 1).is_multiple_of(64) {
+            text.push(' ');
+        }
+        text.push('\n');
+        let mut file = b"\x93NUMPY\x01\x00".to_vec();
+        file.extend((text.len() as u16).to_le_bytes());
+        file.extend(text.as_bytes());
+        file.extend(data);
+        file
+    }
+
+    fn f32s(values: &[f32]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
 
     #[test]
-    fn headers_are_read_as_numpy_writes_them() {
-        let h = parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }").unwrap();
+    fn headers_and_values_are_read_as_numpy_writes_them() {
+        let file = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", &f32s(&[1., 2., 3., 4., 5., 6.]));
+        let h = header(&mut Cursor::new(&file)).unwrap();
         assert_eq!(h, NpyHeader { descr: "<f4".into(), shape: vec![2, 3], item: 4 });
-        assert_eq!(parse_dict("{'descr': '<i8', 'fortran_order': False, 'shape': (5,), }").unwrap().shape, [5]);
-        assert_eq!(parse_dict("{'descr': '<f8', 'fortran_order': False, 'shape': (), }").unwrap().shape, [0u64; 0]);
-        assert_eq!(parse_dict("{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }").unwrap().shape, [2, 3]);
-        assert!(parse_dict("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }").is_none());
+        let read = values(Cursor::new(&file), &h, DType::F32).unwrap();
+        assert_eq!(read, (vec![2, 3], vec![1., 2., 3., 4., 5., 6.]));
+        // Fortran order: the same bytes are the transpose, and values come out row-major.
+        let file = npy("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", &f32s(&[1., 2., 3., 4., 5., 6.]));
+        let h = header(&mut Cursor::new(&file)).unwrap();
+        assert_eq!(values(Cursor::new(&file), &h, DType::F32).unwrap().1, [1., 3., 5., 2., 4., 6.]);
+        let scalar = npy("{'descr': '<f8', 'fortran_order': False, 'shape': (), }", &2.5f64.to_le_bytes());
+        assert_eq!(header(&mut Cursor::new(&scalar)).unwrap().shape, [0u64; 0]);
+    }
+
+    /// Found by the fuzz target: a header naming 'shape' twice was read with its first value
+    /// here and its last by the data reader. Both now read the last, as numpy does.
+    #[test]
+    fn a_key_given_twice_means_its_last_value_in_the_header_and_the_data() {
+        let file = npy("{'descr': '<f4', 'fortran_order': False, 'shape': (),'shape': (1,), }", &f32s(&[1.5]));
+        let h = header(&mut Cursor::new(&file)).unwrap();
+        assert_eq!(h.shape, [1]);
+        assert_eq!(values(Cursor::new(&file), &h, DType::F32).unwrap(), (vec![1], vec![1.5]));
+    }
+
+    #[test]
+    fn bad_headers_are_errors_that_say_what_is_wrong() {
+        let bad = |dict: &str, data: &[u8]| header(&mut Cursor::new(npy(dict, data))).unwrap_err();
+        assert!(bad("{'descr': '<f4', 'fortran_order': False, 'shape': (2, -3), }", &[]).contains("shape"));
+        assert!(bad("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", &f32s(&[1.])).contains("truncated"));
+        assert!(
+            bad("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", &f32s(&[1., 2.]))
+                .contains("8 bytes of data")
+        );
+        let huge = bad("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }", &[]);
+        assert!(huge.contains("2^64"), "{huge}");
+        assert!(
+            bad("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (1,), }", &[0; 4]).contains("structured")
+        );
+        // Nested braces, which the dictionary's parser would take minutes over (fuzz/seeds/npy/
+        // regression-nested-brackets.npy is the input the fuzzer found).
+        let deep =
+            bad(&format!("{{'descr': {}'<f4', 'fortran_order': False, 'shape': (1,), }}", "{".repeat(14)), &[0; 4]);
+        assert!(deep.contains("16 opening brackets"), "{deep}");
+        assert!(header(&mut Cursor::new(b"\x93NUMPY\x01\x00\xff\xff{".to_vec())).unwrap_err().contains("truncated"));
     }
 }
