@@ -165,6 +165,38 @@ on_every_target! {
             max_error(&want, &got, 2e-6, 2e-5, &format!("{target:?} {level:?} {elementwise:?} on {values:?}"));
         }
     }
+
+    /// Every matmul-epilogue activation on products that hold NaN and infinities (off WGSL,
+    /// which may assume neither): NaN must stay NaN through relu, as the IR defines it (the
+    /// random graphs caught Candle's epilogue relu turning NaN into 0). Tolerance: 1e-5
+    /// absolute + 1e-5 relative.
+    fn matmul_epilogue_activations_keep_nan(target) {
+        if is_wgsl(target) {
+            return;
+        }
+        let f = |dims: &[usize]| TensorType::new(DType::F32, dims.iter().map(|&d| Dim::Static(d)).collect::<Vec<_>>());
+        let mut a = rustral::runtime::seeded_values(7, 4 * 3);
+        (a[0], a[4], a[8]) = (f64::NAN, f64::INFINITY, f64::NEG_INFINITY);
+        let a = HostTensor::new(DType::F32, &[4, 3], a).unwrap();
+        let b = HostTensor::new(DType::F32, &[3, 5], rustral::runtime::seeded_values(8, 15)).unwrap();
+        for activation in rustral::ir::Activation::ALL {
+            let mut g = Graph::new("epilogue");
+            let x = g.input("a", f(&[4, 3])).unwrap();
+            let w = g.input("b", f(&[3, 5])).unwrap();
+            let y = g.add(Op::MatMulEpilogue { activation }, &[x, w], "mm").unwrap();
+            g.set_output("y", y).unwrap();
+            let feeds = HashMap::from([("a".to_string(), a.clone()), ("b".to_string(), b.clone())]);
+            let want = evaluate(&g, &feeds).unwrap();
+            assert!(want[0].1.to_vec()[..5].iter().all(|v| v.is_nan()), "the reference keeps NaN ({activation:?})");
+            for (level, elementwise) in modes(target) {
+                let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
+                let mut s = Session::compile(&g, target.clone(), &options).unwrap();
+                s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+                let got = s.run(&[("a", a.clone()), ("b", b.clone())]).unwrap();
+                max_error(&want, &got, 1e-5, 1e-5, &format!("{target:?} {level:?} {activation:?}"));
+            }
+        }
+    }
 }
 
 /// A KV-cache step as a graph: key and value caches `[1, 2, 8, 4]` written at `position` by

@@ -477,7 +477,7 @@ fn cached_attention(args: &[&Tensor], scale: f64, dev: &Device) -> R<Option<Tens
 fn activate(a: Activation, y: &Tensor) -> R<Tensor> {
     match a {
         Activation::None => Ok(y.clone()),
-        Activation::Relu => y.relu(),
+        Activation::Relu => keep_nan(y, &y.relu()?),
         Activation::GeluErf => y.gelu_erf(),
         Activation::GeluTanh => y.gelu(),
         Activation::Silu => y.silu(),
