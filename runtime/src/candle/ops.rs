@@ -474,15 +474,17 @@ fn cached_attention(args: &[&Tensor], scale: f64, dev: &Device) -> R<Option<Tens
     Ok(Some(probs.matmul(&v)?.reshape((b, h, lq, dv))?))
 }
 
+/// An epilogue's activation; those that are also unary ops are computed by `unary`, so the
+/// two keep one meaning (relu keeping NaN, which candle's own relu drops).
 fn activate(a: Activation, y: &Tensor) -> R<Tensor> {
     match a {
         Activation::None => Ok(y.clone()),
-        Activation::Relu => keep_nan(y, &y.relu()?),
+        Activation::Relu => unary(UnaryOp::Relu, y),
         Activation::GeluErf => y.gelu_erf(),
         Activation::GeluTanh => y.gelu(),
         Activation::Silu => y.silu(),
-        Activation::Tanh => y.tanh(),
-        Activation::Sigmoid => candle_nn::ops::sigmoid(y),
+        Activation::Tanh => unary(UnaryOp::Tanh, y),
+        Activation::Sigmoid => unary(UnaryOp::Sigmoid, y),
     }
 }
 
