@@ -50,9 +50,11 @@ pub fn header<R: Read + Seek>(f: &mut R) -> Result<NpyHeader, String> {
     if header_len > MAX_HEADER {
         return Err(format!("a header of {header_len} bytes, more than a .npy header needs (16 MiB)"));
     }
-    let mut text = vec![0u8; header_len as usize];
-    f.seek(SeekFrom::Start(8 + size_bytes)).map_err(|e| e.to_string())?;
-    f.read_exact(&mut text).map_err(|e| e.to_string())?;
+    // Magic, version, length and dictionary, read once: counted here, parsed below.
+    let mut prefix = vec![0u8; data_at as usize];
+    f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    f.read_exact(&mut prefix).map_err(|e| e.to_string())?;
+    let text = &prefix[(8 + size_bytes) as usize..];
     // The parser below (py_literal's grammar) backtracks: its time grows 3-fold with each
     // level of nested braces, and the fuzz target found a 306-byte header that ran for
     // minutes. A plain array's header holds two brackets, `{` and the shape's `(`; counting
@@ -67,8 +69,8 @@ pub fn header<R: Read + Seek>(f: &mut R) -> Result<NpyHeader, String> {
     // The dictionary is read by ndarray-npy's own parser, the one that reads the data after
     // it, so that the shape checked here is the shape read there (a header that names a key
     // twice means its last value, to numpy and to ndarray-npy alike).
-    f.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
-    let parsed = Header::from_reader(f).map_err(|e| format!("a .npy header that cannot be read: {e}"))?;
+    let parsed =
+        Header::from_reader(&mut prefix.as_slice()).map_err(|e| format!("a .npy header that cannot be read: {e}"))?;
     let descr = match parsed.type_descriptor {
         PyValue::String(descr) => descr,
         other => return Err(format!("a structured dtype {other}: give a plain float or integer array")),
