@@ -197,6 +197,62 @@ on_every_target! {
             }
         }
     }
+
+    /// Reductions, softmax, LayerNorm and cross-entropy over a size-1 axis of a broadcast value, as is
+    /// (`[1, 3]`, strides `[0, 1]` in candle) and permuted (`[3, 1]`, strides `[1, 0]`):
+    /// candle counts both views as contiguous, and its max/min reduction divided by the zero
+    /// stride (a panic found by the random graphs).
+    fn reductions_over_a_broadcast_unit_axis_match_the_reference(target) {
+        use rustral::ir::{Literal, NodeId, ReduceOp, F64};
+        let f = |dims: &[usize]| TensorType::new(DType::F32, dims.iter().map(|&d| Dim::Static(d)).collect::<Vec<_>>());
+        let x = HostTensor::new(DType::F32, &[3], vec![0.5, -2.0, 3.0]).unwrap();
+        let reduce = |op| move |g: &mut Graph, v: NodeId, axis: usize| {
+            g.add(Op::Reduce { op, axes: vec![axis], keepdim: false }, &[v], "r").unwrap()
+        };
+        let softmax = |g: &mut Graph, v: NodeId, axis: usize| g.add(Op::Softmax { axis }, &[v], "s").unwrap();
+        let layer_norm = |g: &mut Graph, v: NodeId, _: usize| g.add(Op::LayerNorm { eps: F64(1e-5) }, &[v], "ln").unwrap();
+        let cross_entropy = |g: &mut Graph, v: NodeId, _: usize| {
+            let ty = TensorType::new(DType::I64, vec![Dim::Static(3), Dim::Static(1)]);
+            let t = g.declare(Op::Constant { value: Literal::Splat(F64(0.0)) }, ty, "t").unwrap();
+            g.add(Op::CrossEntropy, &[v, t], "ce").unwrap()
+        };
+        // (name, the op over the given axis, whether it reads only the last axis)
+        type Case<'a> = (&'a str, &'a dyn Fn(&mut Graph, NodeId, usize) -> NodeId, bool);
+        let ops: [Case; 7] = [
+            ("max", &reduce(ReduceOp::Max), false),
+            ("min", &reduce(ReduceOp::Min), false),
+            ("sum", &reduce(ReduceOp::Sum), false),
+            ("mean", &reduce(ReduceOp::Mean), false),
+            ("layer_norm", &layer_norm, true),
+            ("softmax", &softmax, false),
+            ("cross_entropy", &cross_entropy, true),
+        ];
+        for (name, op, last_axis_only) in ops {
+            for permuted in [false, true] {
+                if last_axis_only && !permuted {
+                    continue;
+                }
+                let mut g = Graph::new("unit_axis");
+                let i = g.input("x", f(&[3])).unwrap();
+                let shape = vec![Dim::Static(1), Dim::Static(3)].into();
+                let mut v = g.add(Op::BroadcastTo { shape }, &[i], "b").unwrap();
+                if permuted {
+                    v = g.add(Op::Permute { perm: vec![1, 0] }, &[v], "p").unwrap();
+                }
+                let y = op(&mut g, v, usize::from(permuted));
+                g.set_output("y", y).unwrap();
+                let feeds = HashMap::from([("x".to_string(), x.clone())]);
+                let want = evaluate(&g, &feeds).unwrap();
+                for (level, elementwise) in modes(target) {
+                    let options = CompileOptions { level, threads: 2, elementwise, ..CompileOptions::default() };
+                    let mut s = Session::compile(&g, target.clone(), &options).unwrap();
+                    s.bind(&rustral::frontend::ParamStore::default()).unwrap();
+                    let got = s.run(&[("x", x.clone())]).unwrap();
+                    max_error(&want, &got, 1e-6, 1e-6, &format!("{target:?} {level:?} {name} permuted={permuted}"));
+                }
+            }
+        }
+    }
 }
 
 /// A KV-cache step as a graph: key and value caches `[1, 2, 8, 4]` written at `position` by

@@ -137,8 +137,8 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
             candle_nn::ops::rms_norm(&args[0].contiguous()?, args[1], eps.0 as f32)?
         }
         Op::RmsNorm { eps } => norm(args, eps.0, false)?,
-        Op::Softmax { axis } if *axis + 1 == out.len() => candle_nn::ops::softmax_last_dim(&args[0].contiguous()?)?,
-        Op::Softmax { axis } => candle_nn::ops::softmax(args[0], *axis)?,
+        Op::Softmax { axis } if *axis + 1 == out.len() => candle_nn::ops::softmax_last_dim(&dense(args[0])?)?,
+        Op::Softmax { axis } => candle_nn::ops::softmax(&dense(args[0])?, *axis)?,
         Op::Gelu { approx: GeluApprox::Erf } => args[0].gelu_erf()?,
         Op::Gelu { approx: GeluApprox::Tanh } => args[0].gelu()?,
         Op::Silu => args[0].silu()?,
@@ -177,7 +177,7 @@ pub fn run(op: &Op, args: &[&Tensor], dtype: DType, out: &[usize], dev: &Device)
         }
         Op::CrossEntropy => {
             // logsumexp about the row max, minus the logit `gather` picks at the target.
-            let (x, last) = (args[0].contiguous()?, out.len());
+            let (x, last) = (dense(args[0])?, out.len());
             let max = x.max_keepdim(last)?;
             let lse = x.broadcast_sub(&max)?.exp()?.sum_keepdim(last)?.log()?.add(&max)?;
             let picked = x.gather(&args[1].to_dtype(CDType::I64)?.contiguous()?, last)?;
@@ -371,12 +371,21 @@ fn select(cond: &Tensor, a: &Tensor, b: &Tensor, out: &[usize]) -> R<Tensor> {
     cond.broadcast_as(out)?.where_cond(&a.broadcast_as(out)?, &b.broadcast_as(out)?)
 }
 
+/// `x` with the strides of a fresh row-major tensor. candle's `contiguous` keeps a view
+/// whose only odd strides are on size-1 axes (a broadcast `[1, 3]` permuted to `[3, 1]` has
+/// strides `[1, 0]`), and its CPU max/min reduction divides by such an axis's zero stride.
+fn dense(x: &Tensor) -> R<Tensor> {
+    let (dims, strides) = (x.dims(), x.stride());
+    let fresh = (0..dims.len()).all(|i| strides[i] == dims[i + 1..].iter().product::<usize>());
+    if fresh { Ok(x.clone()) } else { x.force_contiguous() }
+}
+
 fn reduce(r: ReduceOp, x: &Tensor, axes: &[usize]) -> R<Tensor> {
     match r {
         ReduceOp::Sum => x.sum_keepdim(axes),
         ReduceOp::Mean => x.mean_keepdim(axes),
         ReduceOp::Max | ReduceOp::Min => {
-            let mut y = x.clone();
+            let mut y = dense(x)?;
             for &a in axes {
                 y = if r == ReduceOp::Max { y.max_keepdim(a)? } else { y.min_keepdim(a)? };
             }
