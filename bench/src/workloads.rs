@@ -110,6 +110,24 @@ pub fn all() -> Vec<Workload> {
             heavy: true,
         },
         Workload {
+            name: "resnet_conv3x3_s0",
+            kind: Kind::Op,
+            description: "ResNet-18's first-stage convolution: conv2d (k3 s1 p1, 64->64) + bias + ReLU, [8,64,56,56]",
+            fused_by: None,
+            trace: || resnet_conv3x3(64, 56),
+            sizes: &[],
+            heavy: true,
+        },
+        Workload {
+            name: "resnet_conv3x3_s3",
+            kind: Kind::Op,
+            description: "ResNet-18's last-stage convolution: conv2d (k3 s1 p1, 512->512) + bias + ReLU, [8,512,7,7]",
+            fused_by: None,
+            trace: || resnet_conv3x3(512, 7),
+            sizes: &[],
+            heavy: true,
+        },
+        Workload {
             name: "patch_embed_matmul",
             kind: Kind::Op,
             description: "ViT-B/16 patch embedding as reshape + permute + matmul + bias, [8,3,224,224]",
@@ -287,6 +305,18 @@ pub fn resnet_stem() -> Traced {
         let w = ctx.param("weight", &[64, 3, 7, 7].map(Dim::fixed), Init::Normal { std: 0.05 })?;
         let b = ctx.param("bias", &[Dim::fixed(64)], Init::Normal { std: 0.1 })?;
         let window = rustral_frontend::Window::default().stride(2).padding(3);
+        Ok(vec![x.conv2d(&w, Some(&b), window, 1)?.relu()?])
+    })
+}
+
+/// A 3x3 stride-1 convolution of `channels` to as many, padding 1, with a bias and a ReLU, on
+/// `[8, channels, size, size]`: ResNet-18's basic-block convolution at one stage's size.
+pub fn resnet_conv3x3(channels: usize, size: usize) -> Traced {
+    traced(|ctx| {
+        let x = input(ctx, &[8, channels, size, size])?;
+        let w = ctx.param("weight", &[channels, channels, 3, 3].map(Dim::fixed), Init::Normal { std: 0.05 })?;
+        let b = ctx.param("bias", &[Dim::fixed(channels)], Init::Normal { std: 0.1 })?;
+        let window = rustral_frontend::Window::default().padding(1);
         Ok(vec![x.conv2d(&w, Some(&b), window, 1)?.relu()?])
     })
 }

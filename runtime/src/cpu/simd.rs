@@ -390,6 +390,40 @@ macro_rules! multiversion {
             body($($arg),*)
         }
     };
+    // An `unsafe fn`: the same, its caller bearing the body's safety contract.
+    ($(#[$doc:meta])* unsafe fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$doc])*
+        unsafe fn $name($($arg: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            unsafe fn body($($arg: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx2,fma")]
+            unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the caller's contract.
+                unsafe { body($($arg),*) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
+            unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
+                // SAFETY: the caller's contract.
+                unsafe { body($($arg),*) }
+            }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::cpu::simd::has_avx512() {
+                // SAFETY: the CPU supports the features `avx512` is compiled for; the caller's
+                // contract.
+                return unsafe { avx512($($arg),*) };
+            }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::cpu::simd::has_avx2() {
+                // SAFETY: the CPU supports the features `avx2` is compiled for; the caller's
+                // contract.
+                return unsafe { avx2($($arg),*) };
+            }
+            // SAFETY: the caller's contract.
+            unsafe { body($($arg),*) }
+        }
+    };
 }
 pub(crate) use multiversion;
 

@@ -15,7 +15,7 @@ simd::multiversion! {
 
 /// `epilogue`'s loops, inlined into each caller's vector code.
 #[inline(always)]
-fn epilogue_body(values: &mut [f32], act: Activation) {
+pub(super) fn epilogue_body(values: &mut [f32], act: Activation) {
     match act {
         Activation::None => {}
         Activation::Relu => values.iter_mut().for_each(|v| *v = relu(*v)),
@@ -165,14 +165,14 @@ fn blas_operand(v: &View<'_>) -> Option<Operand> {
 
 /// The output's base pointer, shared by the tasks that write its disjoint parts.
 #[derive(Clone, Copy)]
-struct Dst(*mut f32);
+pub(super) struct Dst(pub(super) *mut f32);
 impl Dst {
     /// The element `offset` past the base (a method, so that a closure captures the whole
     /// `Dst`, which is `Sync`, rather than its raw pointer).
     ///
     /// # Safety
     /// `offset` must lie inside the output.
-    unsafe fn at(self, offset: usize) -> *mut f32 {
+    pub(super) unsafe fn at(self, offset: usize) -> *mut f32 {
         // SAFETY: the caller's contract.
         unsafe { self.0.add(offset) }
     }

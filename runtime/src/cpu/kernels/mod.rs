@@ -17,6 +17,7 @@ mod pointwise;
 mod quant;
 mod rows;
 mod window;
+mod winograd;
 
 use attention::*;
 use layout::*;

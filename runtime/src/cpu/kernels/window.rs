@@ -125,6 +125,10 @@ fn conv2d(
     let (&[n, c, h, wd], &[_, o, oh, ow]) = (xs, out) else { return None };
     let (cg, og, blocks) = (c / groups, o / groups, oh * ow);
     let depth = cg * win.taps();
+    let same = |size: usize, axis: usize| (size + 2 * win.padding[axis]).checked_sub(2);
+    if winograd::applies(win, groups, c, o) && same(h, 0) == Some(oh) && same(wd, 1) == Some(ow) {
+        return winograd::conv2d(x, [n, c, h, wd], w, bias, win.padding, act, [o, oh, ow]);
+    }
     let direct = win.kernel == [1, 1] && win.stride == [1, 1] && win.padding == [0, 0];
     // Output rows per im2col band: as many as keep the band's columns within `band_values`.
     let band = if direct { oh } else { (band_values / (depth * ow).max(1)).clamp(1, oh.max(1)) };
