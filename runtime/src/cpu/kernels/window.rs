@@ -381,13 +381,18 @@ fn fold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::{BAND_VALUES, conv2d, conv2d_merged, strided_copy};
     use rustral_ir::{Activation, Window2d};
 
     /// Operands for `n` images of `[c, h, w]` and `o` filters of `depth` weights each, with
     /// values in a few distinct magnitudes and signs, and a bias per filter.
-    fn operands(n: usize, [c, h, w]: [usize; 3], o: usize, depth: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    pub(in crate::cpu::kernels) fn operands(
+        n: usize,
+        [c, h, w]: [usize; 3],
+        o: usize,
+        depth: usize,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
         let x = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
         let wt = (0..o * depth).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
         let bias = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
@@ -405,7 +410,7 @@ mod tests {
     /// A direct convolution in f64: `out[i, f, y, x] = act(b[f] + sum w[f, k, a, b] x[i, g*cg + k,
     /// y*s + a*d - p, ..])`, padding read as zero, `act` a ReLU where `relu` (else none).
     #[allow(clippy::too_many_arguments)]
-    fn naive(
+    pub(in crate::cpu::kernels) fn naive(
         x: &[f32],
         [n, c, h, w]: [usize; 4],
         wt: &[f32],

@@ -123,9 +123,9 @@ struct Grid {
 fn filters(w: &[f32], o: usize, c: usize) -> Vec<f32> {
     let mut u = vec![0.0f32; POINTS * o * c];
     let dst = Dst(u.as_mut_ptr());
-    w.par_chunks(9 * c).take(o).enumerate().for_each(|(f, w)| {
-        let mut rows = vec![0.0f32; POINTS * c];
-        filter(w, c, &mut rows);
+    let fresh = || vec![0.0f32; POINTS * c];
+    w.par_chunks(9 * c).take(o).enumerate().for_each_init(fresh, |rows, (f, w)| {
+        filter(w, c, rows);
         for (p, row) in rows.chunks_exact(c).enumerate() {
             // SAFETY: `u` holds `16 o c` values, so row `f` of point `p` lies inside it, and
             // only filter `f`'s task writes it.
@@ -361,45 +361,8 @@ simd::multiversion! {
 #[cfg(test)]
 mod tests {
     use super::conv2d;
-    use rustral_ir::Activation;
-
-    /// A direct 3x3 stride-1 convolution in f64 (padding read as zero), `relu` applied when set.
-    #[allow(clippy::too_many_arguments)]
-    fn naive(
-        x: &[f32],
-        [n, c, h, w]: [usize; 4],
-        wt: &[f32],
-        bias: &[f32],
-        padding: [usize; 2],
-        o: usize,
-        relu: bool,
-    ) -> Vec<f64> {
-        let (oh, ow) = (h + 2 * padding[0] - 2, w + 2 * padding[1] - 2);
-        let mut out = vec![0.0f64; n * o * oh * ow];
-        for i in 0..n {
-            for f in 0..o {
-                for y in 0..oh {
-                    for xo in 0..ow {
-                        let mut acc = f64::from(bias[f]);
-                        for k in 0..c {
-                            for a in 0..3 {
-                                for b in 0..3 {
-                                    let (sy, sx) =
-                                        ((y + a).wrapping_sub(padding[0]), (xo + b).wrapping_sub(padding[1]));
-                                    if sy < h && sx < w {
-                                        let xv = f64::from(x[((i * c + k) * h + sy) * w + sx]);
-                                        acc += f64::from(wt[((f * c + k) * 3 + a) * 3 + b]) * xv;
-                                    }
-                                }
-                            }
-                        }
-                        out[((i * o + f) * oh + y) * ow + xo] = if relu { acc.max(0.0) } else { acc };
-                    }
-                }
-            }
-        }
-        out
-    }
+    use crate::cpu::kernels::window::tests::{naive, operands};
+    use rustral_ir::{Activation, Window2d};
 
     /// Against a direct f64 sum: even and odd output sizes (a last tile half outside),
     /// padding 0, 1 and 2 (tiles that start in the padding), one image and a batch whose tiles
@@ -416,13 +379,12 @@ mod tests {
             (2, 16, 34, 40, 16, [1, 1]),
         ];
         for (n, c, h, w, o, padding) in cases {
-            let x: Vec<f32> = (0..n * c * h * w).map(|i| ((i * 7 % 17) as f32 - 8.0) / 5.0).collect();
-            let wt: Vec<f32> = (0..o * c * 9).map(|i| ((i * 5 % 11) as f32 - 5.0) / 7.0).collect();
-            let bias: Vec<f32> = (0..o).map(|f| f as f32 / 3.0 - 1.0).collect();
+            let (x, wt, bias) = operands(n, [c, h, w], o, c * 9);
+            let win = Window2d { kernel: [3, 3], stride: [1, 1], padding, dilation: [1, 1] };
             let (oh, ow) = (h + 2 * padding[0] - 2, w + 2 * padding[1] - 2);
             for epilogue in [false, true] {
                 let zeros = vec![0.0; o];
-                let want = naive(&x, [n, c, h, w], &wt, if epilogue { &bias } else { &zeros }, padding, o, epilogue);
+                let want = naive(&x, [n, c, h, w], &wt, if epilogue { &bias } else { &zeros }, &win, 1, o, epilogue);
                 let (b, act) = if epilogue { (Some(&bias[..]), Activation::Relu) } else { (None, Activation::None) };
                 for threads in [1, 2] {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
