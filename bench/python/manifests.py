@@ -61,13 +61,15 @@ def machine(label="eager"):
                 cpu_kernels=peer_kernels(label))
 
 def peer_kernels(label):
-    """The peer's own kernel capability: PyTorch's ATen CPU capability (ATEN_CPU_CAPABILITY narrows it);
+    """The peer's own kernel capability: PyTorch's ATen CPU capability (ATEN_CPU_CAPABILITY narrows it;
+    MKL_ENABLE_INSTRUCTIONS and ONEDNN_MAX_CPU_ISA, where set, cap its GEMMs and convolutions);
     ONNX Runtime's MLAS picks its kernels by the CPU's features and says nothing of it."""
     if label in ("onnxruntime", "llama.cpp"):
         return f"{label} (its own choice by cpu_features)"
     try:
         import torch
-        return "torch " + torch.backends.cpu.get_cpu_capability().lower()
+        caps = [f"{v}={os.environ[v]}" for v in ("MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA") if os.environ.get(v)]
+        return "torch " + torch.backends.cpu.get_cpu_capability().lower() + (f" ({', '.join(caps)})" if caps else "")
     except Exception:
         return "unknown"
 

@@ -180,8 +180,17 @@ pub fn blas() -> Result<Option<&'static Blas>, &'static str> {
 pub fn gemm_library() -> String {
     match blas() {
         Ok(Some(b)) => b.name.clone(),
-        Ok(None) => "gemm crate".to_string(),
-        Err(e) => format!("gemm crate ({e})"),
+        Ok(None) => gemm_crate(),
+        Err(e) => format!("{} ({e})", gemm_crate()),
+    }
+}
+
+/// The `gemm` crate, with the narrower kernels it runs on when `RUSTRAL_CPU_KERNELS` narrows
+/// the path (`sgemm.rs`).
+fn gemm_crate() -> String {
+    match super::kernels::gemm_kernels() {
+        "widest" => "gemm crate".to_string(),
+        k => format!("gemm crate, {k} kernels"),
     }
 }
 

@@ -291,25 +291,32 @@ fn halve<const N: usize>(mut acc: [f32; N], step: impl Fn(f32, f32) -> f32) -> f
 /// narrower one, so that an AVX-512 machine can measure what an AVX2 machine would run.
 pub const KERNEL_PATHS: [&str; 3] = ["avx512", "avx2", "baseline"];
 
-/// The kernel path this process runs (see `KERNEL_PATHS`), decided once.
+/// The widest kernel path this CPU can run (see `KERNEL_PATHS`), whatever the environment asks.
+pub fn widest_path() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    let widest = if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512dq")
+            && std::arch::is_x86_feature_detected!("avx512vl")
+        {
+            0
+        } else {
+            1
+        }
+    } else {
+        2
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let widest = 2;
+    KERNEL_PATHS[widest]
+}
+
+/// The kernel path this process runs (see `KERNEL_PATHS`), decided once: the widest, or the
+/// narrower one `RUSTRAL_CPU_KERNELS` names.
 pub fn kernel_path() -> &'static str {
     static PATH: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        let widest = if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512dq")
-                && std::arch::is_x86_feature_detected!("avx512vl")
-            {
-                0
-            } else {
-                1
-            }
-        } else {
-            2
-        };
-        #[cfg(not(target_arch = "x86_64"))]
-        let widest = 2;
+        let widest = KERNEL_PATHS.iter().position(|p| *p == widest_path()).unwrap_or(KERNEL_PATHS.len() - 1);
         let asked = std::env::var("RUSTRAL_CPU_KERNELS").ok().and_then(|v| KERNEL_PATHS.iter().position(|p| *p == v));
         KERNEL_PATHS[asked.map_or(widest, |a| a.max(widest))]
     })

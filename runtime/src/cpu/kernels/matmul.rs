@@ -69,8 +69,8 @@ impl View<'_> {
     }
 }
 
-/// `dst = scale * lhs . rhs` (or `dst += ...` when `accumulate`) by the `gemm` crate, `dst`
-/// row-major with row stride `dst_rs`; false (nothing written) when a view or `dst` does not
+/// `dst = scale * lhs . rhs` (or `dst += ...` when `accumulate`) by the `gemm` crate (on the
+/// kernel path this process runs: `sgemm.rs`), `dst` row-major with row stride `dst_rs`; false (nothing written) when a view or `dst` does not
 /// fit its slice, so that a caller gives the work back to the reference rather than reading
 /// out of bounds. The vendor BLAS (`RUSTRAL_BLAS`) runs it instead where one is loaded.
 pub(super) fn gemm_into(
@@ -121,25 +121,18 @@ pub(super) fn gemm_into_on(
     }
     // SAFETY: `fits` checked that every element the three views address lies in its slice.
     unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
+        super::sgemm::sgemm(
+            super::sgemm::kernels(),
+            (m, n, k),
             dst.as_mut_ptr(),
-            1,
-            dst_rs as isize,
+            (1, dst_rs as isize),
             accumulate,
             lhs.data.as_ptr(),
-            lhs.cs as isize,
-            lhs.rs as isize,
+            (lhs.cs as isize, lhs.rs as isize),
             rhs.data.as_ptr(),
-            rhs.cs as isize,
-            rhs.rs as isize,
+            (rhs.cs as isize, rhs.rs as isize),
             if accumulate { 1.0 } else { 0.0 },
             scale,
-            false,
-            false,
-            false,
             par,
         );
     }

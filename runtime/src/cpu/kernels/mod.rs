@@ -16,6 +16,7 @@ mod matmul;
 mod pointwise;
 mod quant;
 mod rows;
+mod sgemm;
 mod window;
 mod winograd;
 
@@ -27,6 +28,16 @@ pub(super) use pointwise::interpret;
 use pointwise::*;
 pub(super) use pointwise::{binary, unary};
 use rows::*;
+
+/// Which of the `gemm` crate's kernel sets the GEMMs run on (`widest`, or the narrower `avx2`
+/// or `baseline` that `RUSTRAL_CPU_KERNELS` asks for), for manifests.
+pub(super) fn gemm_kernels() -> &'static str {
+    match sgemm::kernels() {
+        sgemm::Kernels::Widest => "widest",
+        sgemm::Kernels::Fma => "avx2",
+        sgemm::Kernels::Scalar => "baseline",
+    }
+}
 
 /// The kernels over quantized blocks (`u8` storage): `quant_matmul`, `dequantize`, and the
 /// row gather of a quantized embedding table; None for anything else.

@@ -142,25 +142,18 @@ fn gemm_panels(
             // every row are written by it alone. x is m*k, the panel rows*k, read as its
             // transpose (k x rows, column stride k).
             unsafe {
-                gemm::gemm(
-                    m,
-                    rows,
-                    k,
+                super::sgemm::sgemm(
+                    super::sgemm::kernels(),
+                    (m, rows, k),
                     dst.add(r0),
-                    1,
-                    n as isize,
+                    (1, n as isize),
                     false,
                     x.as_ptr(),
-                    1,
-                    k as isize,
+                    (1, k as isize),
                     panel.as_ptr(),
-                    k as isize,
-                    1,
+                    (k as isize, 1),
                     0.0,
                     1.0,
-                    false,
-                    false,
-                    false,
                     gemm::Parallelism::None,
                 );
             }
