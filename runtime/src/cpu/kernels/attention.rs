@@ -79,7 +79,7 @@ simd::multiversion! {
         match (mask, mask_strides) {
             (Some(m), Some(st)) => {
                 let (base, si, sj) = (head.offset(bi, &st[..batch.len()]), st[batch.len()], st[batch.len() + 1]);
-                attend_blocks(head_out, &one, |i, row| {
+                attend_blocks::<FMA>(head_out, &one, |i, row| {
                     let at = base + i * si;
                     match m.get(at..at + row.len()) {
                         // A mask laid out along the keys (`[.., lk]`, the usual padding
@@ -89,7 +89,7 @@ simd::multiversion! {
                     }
                 })
             }
-            _ => attend_blocks(head_out, &one, |_, _| {}),
+            _ => attend_blocks::<FMA>(head_out, &one, |_, _| {}),
         }
     }
 }
@@ -151,7 +151,7 @@ simd::multiversion! {
                 for (j, r) in row.iter_mut().enumerate() {
                     *r = dot(qi, &k[kb + j * d..kb + (j + 1) * d]) * scale;
                 }
-                attend_row(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
+                attend_row::<FMA>(&mut head_out[i * dv..(i + 1) * dv], &mut row, position + i + 1, &v[vb..]);
             }
             return true;
         }
@@ -159,7 +159,7 @@ simd::multiversion! {
         // attention over the filled rows.
         let (Some(q), Some(k), Some(v)) = (q.get(qb..), k.get(kb..), v.get(vb..)) else { return false };
         let one = OneHead { q, k, v, lq, lk: filled, d, dv, scale, causal: true };
-        attend_blocks(head_out, &one, |_, _| {})
+        attend_blocks::<FMA>(head_out, &one, |_, _| {})
     }
 }
 
@@ -184,9 +184,9 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// One query's output from its scores: keys from `visible` on hidden, softmax, and the
 /// weighted sum of the visible rows of `v` (the head's values, `dv = out.len()` wide).
 #[inline(always)]
-fn attend_row(out: &mut [f32], row: &mut [f32], visible: usize, v: &[f32]) {
+fn attend_row<const FMA: bool>(out: &mut [f32], row: &mut [f32], visible: usize, v: &[f32]) {
     row[visible..].fill(f32::NEG_INFINITY);
-    softmax_in_place(row);
+    softmax_in_place::<FMA>(row);
     let dv = out.len();
     weighted_rows(out, &row[..visible], &v[..visible * dv]);
 }
@@ -227,7 +227,7 @@ struct OneHead<'a> {
 /// does), so a hidden value that is not finite never reaches an output. False when an
 /// operand is shorter than its shape says.
 #[inline(always)]
-fn attend_blocks(out: &mut [f32], h: &OneHead<'_>, add_mask: impl Fn(usize, &mut [f32])) -> bool {
+fn attend_blocks<const FMA: bool>(out: &mut [f32], h: &OneHead<'_>, add_mask: impl Fn(usize, &mut [f32])) -> bool {
     let OneHead { q, k, v, lq, lk, d, dv, scale, causal } = *h;
     let visible = |i: usize| if causal { (i + lk + 1).saturating_sub(lq).min(lk) } else { lk };
     let block = if causal { CAUSAL_QUERY_BLOCK } else { QUERY_BLOCK };
@@ -250,7 +250,7 @@ fn attend_blocks(out: &mut [f32], h: &OneHead<'_>, add_mask: impl Fn(usize, &mut
             let row = &mut s[r * width..(r + 1) * width];
             add_mask(i0 + r, row);
             let seen = visible(i0 + r);
-            softmax_in_place(&mut row[..seen]);
+            softmax_in_place::<FMA>(&mut row[..seen]);
             row[seen..].fill(0.0);
         }
         // Every row sees the block's first row's keys. The keys only some rows see have a

@@ -60,24 +60,24 @@ simd::multiversion! {
         // A `for` loop, not `for_each`: the latter's `fold` is a separate function that is
         // not compiled with this copy's target features.
         for (o, row) in o.chunks_mut(width).zip(x.chunks(width)) {
-            softmax_row(row, o);
+            softmax_row::<FMA>(row, o);
         }
     }
 }
 
 #[inline(always)]
-pub(super) fn softmax_in_place(row: &mut [f32]) {
+pub(super) fn softmax_in_place<const FMA: bool>(row: &mut [f32]) {
     let max = simd::max_for_shift(row);
-    let inv = 1.0 / simd::exp_shifted_in_place(row, max);
+    let inv = 1.0 / simd::exp_shifted_in_place::<FMA>(row, max);
     row.iter_mut().for_each(|v| *v *= inv);
 }
 
 /// Softmax of `row` into `o` (one length): the maximum, then the exponentials written and
 /// summed in one pass, then the scaling.
 #[inline(always)]
-pub(super) fn softmax_row(row: &[f32], o: &mut [MaybeUninit<f32>]) {
+pub(super) fn softmax_row<const FMA: bool>(row: &[f32], o: &mut [MaybeUninit<f32>]) {
     let max = simd::max_for_shift(row);
-    let sum = simd::exp_shifted_into(row, max, o);
+    let sum = simd::exp_shifted_into::<FMA>(row, max, o);
     // SAFETY: `exp_shifted_into` wrote every value of `o` (`o` and `row` have one length).
     let o = unsafe { &mut *(o as *mut [MaybeUninit<f32>] as *mut [f32]) };
     let inv = 1.0 / sum;
@@ -170,6 +170,6 @@ simd::multiversion! {
     /// `ln sum e^x` of a row, shifted by its maximum.
     fn log_sum_exp(row: &[f32]) -> f32 {
         let max = simd::max_for_shift(row);
-        max + simd::sum_exp_shifted(row, max).ln()
+        max + simd::sum_exp_shifted::<FMA>(row, max).ln()
     }
 }
