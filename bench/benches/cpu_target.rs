@@ -12,7 +12,7 @@
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use rustral_bench::workloads::{
     attention, cross_entropy, elementwise_chain, gelu_tanh, gemm, gpt2_block, head_split, layer_norm, minilm,
-    padded_attention, resnet_conv3x3, resnet_stem, softmax,
+    padded_attention, resnet_conv3x3, resnet_maxpool, resnet_stem, softmax,
 };
 use rustral_bench::{Prepared, prepare};
 use rustral_frontend::Traced;
@@ -85,6 +85,7 @@ fn cpu_target(c: &mut Criterion) {
     bench(c, "gemm_1024", &gemm(1024), &[OptLevel::O2], &[], Some(2 * 1024 * 1024 * 1024), 5);
     // 8 images x 64 filters x 112^2 outputs x 147 multiply-adds.
     bench(c, "resnet_stem_conv7x7s2_b8", &resnet_stem(), &[OptLevel::O2], &[], Some(2 * 8 * 64 * 112 * 112 * 147), 5);
+    bench(c, "resnet_maxpool3x3s2_b8", &resnet_maxpool(), &[OptLevel::O2], &[], None, 5);
     // 8 images x filters x outputs x 9 x channels multiply-adds (what a direct sum does; the
     // Winograd kernel does 4/9 of them).
     for (channels, size) in [(64, 56), (512, 7)] {

@@ -110,6 +110,15 @@ pub fn all() -> Vec<Workload> {
             heavy: true,
         },
         Workload {
+            name: "resnet_maxpool",
+            kind: Kind::Op,
+            description: "ResNet-18's max pooling after the stem: max_pool2d (k3 s2 p1), [8,64,112,112]",
+            fused_by: None,
+            trace: resnet_maxpool,
+            sizes: &[],
+            heavy: true,
+        },
+        Workload {
             name: "resnet_conv3x3_s0",
             kind: Kind::Op,
             description: "ResNet-18's first-stage convolution: conv2d (k3 s1 p1, 64->64) + bias + ReLU, [8,64,56,56]",
@@ -306,6 +315,14 @@ pub fn resnet_stem() -> Traced {
         let b = ctx.param("bias", &[Dim::fixed(64)], Init::Normal { std: 0.1 })?;
         let window = rustral_frontend::Window::default().stride(2).padding(3);
         Ok(vec![x.conv2d(&w, Some(&b), window, 1)?.relu()?])
+    })
+}
+
+/// ResNet-18's max pooling after the stem: 3x3, stride 2, padding 1, on the stem's output.
+pub fn resnet_maxpool() -> Traced {
+    traced(|ctx| {
+        let x = input(ctx, &[8, 64, 112, 112])?;
+        Ok(vec![x.max_pool2d([3, 3], rustral_frontend::Window::default().stride(2).padding(1))?])
     })
 }
 

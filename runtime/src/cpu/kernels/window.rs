@@ -306,41 +306,117 @@ fn nan_max(a: f32, b: f32) -> f32 {
 /// Pooling, separably: per output row, the window's input rows are combined into one row
 /// (contiguous, so it vectorises), and each output of the row combines its taps of that row.
 /// Both max and sum are associative, so the order changes nothing but NaN-free rounding of
-/// the sum.
+/// the sum (and which NaN a max returns).
 fn pool(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize], max: bool) -> Vec<f32> {
     let (h, w, oh, ow) = (xs[2], xs[3], out[2], out[3]);
     let mut result = vec![0.0f32; out.iter().product()];
-    let divisor = win.taps() as f32;
     // Which taps of each output row and column lie inside the image, found once.
-    let rows: Vec<std::ops::Range<usize>> = (0..oh).map(|y| win.taps_inside(0, y, h)).collect();
-    let cols: Vec<std::ops::Range<usize>> = (0..ow).map(|x| win.taps_inside(1, x, w)).collect();
-    let (s, d, p) = (win.stride, win.dilation, win.padding);
-    let empty = if max { f32::NEG_INFINITY } else { 0.0 };
-    result.par_chunks_mut((oh * ow).max(1)).enumerate().for_each(|(plane, dst)| {
-        let src = &x[plane * h * w..(plane + 1) * h * w];
-        let mut line = vec![empty; w];
-        for (y, taps_y) in rows.iter().enumerate() {
+    let rows: Vec<Range<usize>> = (0..oh).map(|y| win.taps_inside(0, y, h)).collect();
+    let cols: Vec<Range<usize>> = (0..ow).map(|x| win.taps_inside(1, x, w)).collect();
+    // The columns whose every tap lies inside (a contiguous run): there each output reads
+    // `kernel` values at a fixed stride, a loop without per-column ranges.
+    let full = |r: &Range<usize>| r.start == 0 && r.end == win.kernel[1];
+    let lo = cols.iter().position(full).unwrap_or(ow);
+    let hi = lo + cols[lo..].iter().take_while(|r| full(r)).count();
+    let plan = Pool {
+        w,
+        rows: &rows,
+        cols: &cols,
+        interior: lo..hi,
+        win,
+        max,
+        empty: if max { f32::NEG_INFINITY } else { 0.0 },
+        divisor: win.taps() as f32,
+    };
+    result.par_chunks_mut((oh * ow).max(1)).enumerate().for_each_init(
+        // The combined row, with `LINE_PAD` spare values so that the interior loop may read
+        // whole groups of `stride` values past the last tap.
+        || vec![0.0f32; w + LINE_PAD],
+        |line, (plane, dst)| pool_plane(&x[plane * h * w..(plane + 1) * h * w], dst, line, &plan),
+    );
+    result
+}
+
+/// Spare values after a pooled row (see `pool`): the widest stride the interior loop takes.
+const LINE_PAD: usize = 4;
+
+/// What every plane of one pooling shares.
+struct Pool<'a> {
+    w: usize,
+    rows: &'a [Range<usize>],
+    cols: &'a [Range<usize>],
+    interior: Range<usize>,
+    win: &'a Window2d,
+    max: bool,
+    empty: f32,
+    divisor: f32,
+}
+
+simd::multiversion! {
+    /// One plane of `pool` (`src` its `h x w` input, `dst` its output rows); `line` holds at
+    /// least `w + LINE_PAD` values.
+    fn pool_plane(src: &[f32], dst: &mut [f32], line: &mut [f32], p: &Pool<'_>) {
+        let Pool { w, rows, cols, ref interior, win, max, empty, divisor } = *p;
+        let (s, d, pad) = (win.stride, win.dilation, win.padding);
+        let ow = cols.len();
+        for (y, (taps_y, out_row)) in rows.iter().zip(dst.chunks_mut(ow.max(1))).enumerate() {
             line.fill(empty);
             for ta in taps_y.clone() {
-                let row = &src[(y * s[0] + ta * d[0] - p[0]) * w..][..w];
+                let row = &src[(y * s[0] + ta * d[0] - pad[0]) * w..][..w];
                 if max {
                     line.iter_mut().zip(row).for_each(|(a, &b)| *a = nan_max(*a, b));
                 } else {
                     line.iter_mut().zip(row).for_each(|(a, &b)| *a += b);
                 }
             }
-            for (xo, taps_x) in cols.iter().enumerate() {
-                let x0 = (xo * s[1]).wrapping_sub(p[1]);
+            let inner = &mut out_row[interior.clone()];
+            let base = (interior.start * s[1]).wrapping_sub(pad[1]);
+            let done = match s[1] {
+                1 => interior_taps::<1>(line, base, win.kernel[1], d[1], inner, max),
+                2 => interior_taps::<2>(line, base, win.kernel[1], d[1], inner, max),
+                3 => interior_taps::<3>(line, base, win.kernel[1], d[1], inner, max),
+                4 => interior_taps::<4>(line, base, win.kernel[1], d[1], inner, max),
+                _ => false,
+            };
+            // The columns left: the edges, or every column where the interior loop did not run.
+            let left = if done { [0..interior.start, interior.end..ow] } else { [0..ow, ow..ow] };
+            for xo in left.into_iter().flatten() {
+                let taps_x = &cols[xo];
+                let x0 = (xo * s[1]).wrapping_sub(pad[1]);
                 let mut acc = empty;
                 for tb in taps_x.clone() {
                     let v = line[x0.wrapping_add(tb * d[1])];
                     acc = if max { nan_max(acc, v) } else { acc + v };
                 }
-                dst[y * ow + xo] = if max { acc } else { acc / divisor };
+                out_row[xo] = acc;
+            }
+            if !max {
+                out_row.iter_mut().for_each(|v| *v /= divisor);
             }
         }
-    });
-    result
+    }
+}
+
+/// `out[i]` = the max (or sum) of `line[base + i * S + t * d]` over the taps `t < taps`, for
+/// outputs whose taps all lie inside the row: tap by tap, each a loop over whole groups of
+/// `S` values (one vector load per group and lane, no gather). False when `line` is too
+/// short for that (the caller then takes the general loop).
+#[inline(always)]
+fn interior_taps<const S: usize>(line: &[f32], base: usize, taps: usize, d: usize, out: &mut [f32], max: bool) -> bool {
+    let n = out.len();
+    if n == 0 {
+        return true;
+    }
+    for t in 0..taps {
+        let Some(groups) = line.get(base + t * d..base + t * d + n * S) else { return false };
+        let groups = groups.chunks_exact(S);
+        match (t, max) {
+            (0, _) => out.iter_mut().zip(groups).for_each(|(o, g)| *o = g[0]),
+            (_, true) => out.iter_mut().zip(groups).for_each(|(o, g)| *o = nan_max(*o, g[0])),
+            (_, false) => out.iter_mut().zip(groups).for_each(|(o, g)| *o += g[0]),
+        }
+    }
+    true
 }
 
 fn unfold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
@@ -382,7 +458,7 @@ fn fold(x: &[f32], xs: &[usize], win: &Window2d, out: &[usize]) -> Vec<f32> {
 
 #[cfg(test)]
 pub(super) mod tests {
-    use super::{BAND_VALUES, conv2d, conv2d_merged, strided_copy};
+    use super::{BAND_VALUES, conv2d, conv2d_merged, pool, strided_copy};
     use rustral_ir::{Activation, Window2d};
 
     /// Operands for `n` images of `[c, h, w]` and `o` filters of `depth` weights each, with
@@ -447,6 +523,63 @@ pub(super) mod tests {
             }
         }
         out
+    }
+
+    /// Max and average pooling against a direct loop over each window, for every stride the
+    /// interior loop specialises (1-4) and one it does not (5), dilation, padding and sizes
+    /// where the interior is empty; the max returns NaN where one sits in the window and never
+    /// a padding value (all inputs are negative, so a zero would show).
+    #[test]
+    fn pooling_matches_a_direct_loop() {
+        let (n, c) = (2, 3);
+        for (h, w) in [(9, 13), (4, 3), (1, 7)] {
+            for kernel in [[3, 3], [2, 1], [1, 4]] {
+                for stride in 1..=5 {
+                    for (padding, dilation) in [([0, 0], [1, 1]), ([1, 1], [1, 1]), ([1, 0], [2, 2])] {
+                        let win = Window2d { kernel, stride: [stride, stride], padding, dilation };
+                        let (Ok(oh), Ok(ow)) = (win.out_len(0, h), win.out_len(1, w)) else { continue };
+                        if padding.iter().zip(kernel).any(|(&p, k)| p > k / 2) {
+                            continue; // PyTorch's rule: a window never lies wholly in padding
+                        }
+                        let mut x: Vec<f32> = (0..n * c * h * w).map(|i| -1.0 - ((i * 7 % 17) as f32) / 5.0).collect();
+                        x[w + 2.min(w - 1)] = f32::NAN;
+                        for max in [true, false] {
+                            let got = pool(&x, &[n, c, h, w], &win, &[n, c, oh, ow], max);
+                            for plane in 0..n * c {
+                                for y in 0..oh {
+                                    for xo in 0..ow {
+                                        let mut vals = Vec::new();
+                                        for a in 0..kernel[0] {
+                                            for b in 0..kernel[1] {
+                                                if let (Some(sy), Some(sx)) =
+                                                    (win.source(0, y, a, h), win.source(1, xo, b, w))
+                                                {
+                                                    vals.push(x[(plane * h + sy) * w + sx]);
+                                                }
+                                            }
+                                        }
+                                        let g = got[(plane * oh + y) * ow + xo];
+                                        let what = format!("{h}x{w} {win:?} max {max} [{plane},{y},{xo}]");
+                                        if max {
+                                            if vals.iter().any(|v| v.is_nan()) {
+                                                assert!(g.is_nan(), "{what}: {g}, want NaN");
+                                            } else {
+                                                let want = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                                                assert_eq!(g, want, "{what}");
+                                            }
+                                        } else if !vals.iter().any(|v| v.is_nan()) {
+                                            let want =
+                                                vals.iter().map(|&v| f64::from(v)).sum::<f64>() / win.taps() as f64;
+                                            assert!((f64::from(g) - want).abs() <= 1e-5, "{what}: {g} vs {want}");
+                                        }
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The merged path (images side by side in each GEMM) against a direct f64 convolution,
