@@ -42,7 +42,9 @@ if not args.no_build and not args.tables_only:
 bench = os.path.join("target", "release", "rustral-bench")
 
 CAPS = {"widest": ({}, {}),
-        "avx2": ({"RUSTRAL_CPU_KERNELS": "avx2"},
+        # MKL's cap on Rustral's side too, for a run with RUSTRAL_BLAS naming MKL (another vendor
+        # BLAS is not capped: leave RUSTRAL_BLAS unset for a stand-in).
+        "avx2": ({"RUSTRAL_CPU_KERNELS": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
                  {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"})}
 ours_env, peers_env = ({**os.environ, **caps} for caps in CAPS[args.isa])
 

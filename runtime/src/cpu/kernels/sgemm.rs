@@ -69,6 +69,11 @@ pub(super) unsafe fn sgemm(
     }
     #[cfg(target_arch = "x86_64")]
     {
+        // `gemm::gemm` also flips negative strides; this path takes none (the contract).
+        debug_assert!(
+            [dst_cs, dst_rs, lhs_cs, lhs_rs, rhs_cs, rhs_rs].iter().all(|&s| s >= 0),
+            "sgemm: negative stride"
+        );
         // `gemm::gemm`'s own first step (for speed; either way is correct): its micro-kernels
         // want a column-major destination, so a row-major product is computed as its transpose
         // (rhs^T . lhs^T).
@@ -81,8 +86,9 @@ pub(super) unsafe fn sgemm(
             ($simd:ty, $kernels:path, $lanes:expr) => {{
                 use $kernels as ukr;
                 let Some(simd) = <$simd as gemm_common::simd::MixedSimd<f32, f32, f32, f32>>::try_new() else {
-                    // The CPU lacks the narrower set's features (it never does: narrower is a
-                    // subset of the widest), so the crate's own choice runs.
+                    // The CPU lacks one of the features the crate's set asks for beyond AVX2
+                    // and FMA (pulp's V3 also wants BMI1/2, LZCNT, POPCNT; every AVX-512 CPU
+                    // has them), so the crate's own choice runs.
                     // SAFETY: as above.
                     unsafe {
                         gemm::gemm(
