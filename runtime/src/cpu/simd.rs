@@ -314,22 +314,19 @@ pub const KERNEL_PATHS: [&str; 3] = ["avx512", "avx2", "baseline"];
 
 /// The widest kernel path this CPU can run (see `KERNEL_PATHS`), whatever the environment asks.
 pub fn widest_path() -> &'static str {
+    KERNEL_PATHS[widest_index()]
+}
+
+/// `widest_path`'s place in `KERNEL_PATHS`.
+fn widest_index() -> usize {
     #[cfg(target_arch = "x86_64")]
-    let widest = if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-        if std::arch::is_x86_feature_detected!("avx512f")
+    if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        let avx512 = std::arch::is_x86_feature_detected!("avx512f")
             && std::arch::is_x86_feature_detected!("avx512dq")
-            && std::arch::is_x86_feature_detected!("avx512vl")
-        {
-            0
-        } else {
-            1
-        }
-    } else {
-        2
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let widest = 2;
-    KERNEL_PATHS[widest]
+            && std::arch::is_x86_feature_detected!("avx512vl");
+        return if avx512 { 0 } else { 1 };
+    }
+    2
 }
 
 /// The kernel path this process runs (see `KERNEL_PATHS`), decided once: the widest, or the
@@ -337,7 +334,7 @@ pub fn widest_path() -> &'static str {
 pub fn kernel_path() -> &'static str {
     static PATH: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
-        let widest = KERNEL_PATHS.iter().position(|p| *p == widest_path()).unwrap_or(KERNEL_PATHS.len() - 1);
+        let widest = widest_index();
         let asked = std::env::var("RUSTRAL_CPU_KERNELS").ok().and_then(|v| KERNEL_PATHS.iter().position(|p| *p == v));
         KERNEL_PATHS[asked.map_or(widest, |a| a.max(widest))]
     })
@@ -394,33 +391,19 @@ macro_rules! multiversion {
     ($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
         fn $name($($arg: $ty),*) $(-> $ret)? {
-            #[inline(always)]
-            #[allow(unused)]
-            fn body<const FMA: bool>($($arg: $ty),*) $(-> $ret)? $body
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2,fma")]
-            unsafe fn avx2($($arg: $ty),*) $(-> $ret)? {
-                body::<true>($($arg),*)
+            $crate::cpu::simd::multiversion! {
+                #[inline(always)]
+                unsafe fn versions($($arg: $ty),*) $(-> $ret)? $body
             }
-            #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f,avx512dq,avx512vl,avx2,fma")]
-            unsafe fn avx512($($arg: $ty),*) $(-> $ret)? {
-                body::<true>($($arg),*)
-            }
-            #[cfg(target_arch = "x86_64")]
-            if $crate::cpu::simd::has_avx512() {
-                // SAFETY: the CPU supports the features `avx512` is compiled for.
-                return unsafe { avx512($($arg),*) };
-            }
-            #[cfg(target_arch = "x86_64")]
-            if $crate::cpu::simd::has_avx2() {
-                // SAFETY: the CPU supports the features `avx2` is compiled for.
-                return unsafe { avx2($($arg),*) };
-            }
-            body::<false>($($arg),*)
+            // SAFETY: the body is safe code: inside an `unsafe fn` an unsafe operation still
+            // needs an `unsafe` block (edition 2024's `unsafe_op_in_unsafe_fn`, an error under
+            // the project's lint run), so `versions` has no contract beyond the CPU check it
+            // makes itself.
+            unsafe { versions($($arg),*) }
         }
     };
-    // An `unsafe fn`: the same, its caller bearing the body's safety contract.
+    // An `unsafe fn`: its caller bears the body's safety contract. The safe form above is this
+    // one wrapped.
     ($(#[$doc:meta])* unsafe fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$doc])*
         unsafe fn $name($($arg: $ty),*) $(-> $ret)? {

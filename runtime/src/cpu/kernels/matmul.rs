@@ -70,9 +70,9 @@ impl View<'_> {
 }
 
 /// `dst = scale * lhs . rhs` (or `dst += ...` when `accumulate`) by the `gemm` crate (on the
-/// kernel path this process runs: `sgemm.rs`), `dst` row-major with row stride `dst_rs`; false (nothing written) when a view or `dst` does not
-/// fit its slice, so that a caller gives the work back to the reference rather than reading
-/// out of bounds. The vendor BLAS (`RUSTRAL_BLAS`) runs it instead where one is loaded.
+/// kernel path this process runs: `sgemm.rs`), `dst` row-major with row stride `dst_rs`; false
+/// (nothing written) when a view or `dst` does not fit its slice, so that a caller gives the
+/// work back to the reference rather than reading out of bounds. The vendor BLAS (`RUSTRAL_BLAS`) runs it instead where one is loaded.
 pub(super) fn gemm_into(
     dst: &mut [f32],
     dst_rs: usize,

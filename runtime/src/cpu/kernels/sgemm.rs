@@ -51,24 +51,7 @@ pub(super) unsafe fn sgemm(
     par: Parallelism,
 ) {
     #[cfg(target_arch = "x86_64")]
-    let narrowed = on != Kernels::Widest;
-    #[cfg(not(target_arch = "x86_64"))]
-    let narrowed = {
-        let _ = on; // only x86-64 has narrower kernel sets
-        false
-    };
-    if !narrowed {
-        // SAFETY: the caller's contract is `gemm::gemm`'s.
-        unsafe {
-            gemm::gemm(
-                m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, false,
-                false, false, par,
-            )
-        };
-        return;
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
+    if on != Kernels::Widest {
         // `gemm::gemm` also flips negative strides; this path takes none (the contract).
         debug_assert!(
             [dst_cs, dst_rs, lhs_cs, lhs_rs, rhs_cs, rhs_rs].iter().all(|&s| s >= 0),
@@ -82,21 +65,12 @@ pub(super) unsafe fn sgemm(
         } else {
             (m, n, dst_cs, dst_rs, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs)
         };
+        // The narrower set's driver, or false when the CPU lacks a feature it asks for.
         macro_rules! drive {
             ($simd:ty, $kernels:path, $lanes:expr) => {{
                 use $kernels as ukr;
                 let Some(simd) = <$simd as gemm_common::simd::MixedSimd<f32, f32, f32, f32>>::try_new() else {
-                    // The CPU lacks one of the features the crate's set asks for beyond AVX2
-                    // and FMA (pulp's V3 also wants BMI1/2, LZCNT, POPCNT; every AVX-512 CPU
-                    // has them), so the crate's own choice runs.
-                    // SAFETY: as above.
-                    unsafe {
-                        gemm::gemm(
-                            m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha,
-                            beta, false, false, false, par,
-                        )
-                    };
-                    return;
+                    return false;
                 };
                 // SAFETY: the caller's contract; the driver is the one `gemm::gemm` runs for this
                 // kernel set, with the same constants (`gemm_common::gemm_def!(f32, 2)`).
@@ -136,14 +110,29 @@ pub(super) unsafe fn sgemm(
                         false,
                         par,
                     )
-                }
+                };
+                true
             }};
         }
-        match on {
+        let narrowed = || match on {
             Kernels::Fma => drive!(gemm_common::simd::V3, gemm_f32::microkernel::fma::f32, 8),
             _ => drive!(gemm_common::simd::Scalar, gemm_f32::microkernel::scalar::f32, 1),
+        };
+        if narrowed() {
+            return;
         }
+        // Else the CPU lacks one of the features pulp's V3 asks for beyond AVX2 and FMA (BMI1/2,
+        // LZCNT, POPCNT; every AVX-512 CPU has them), and the crate's own choice runs.
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = on; // only x86-64 has narrower kernel sets
+    // SAFETY: the caller's contract is `gemm::gemm`'s.
+    unsafe {
+        gemm::gemm(
+            m, n, k, dst, dst_cs, dst_rs, read_dst, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, alpha, beta, false,
+            false, false, par,
+        )
+    };
 }
 
 #[cfg(test)]
