@@ -10,11 +10,15 @@ their range. Every round's manifests are kept under OUT/round{r}.
     python3 bench/python/rounds.py --threads 1,2 --rounds 3 [--repeats 10] [--models a,b] \
         [--out bench/results/rounds] [--isa avx2]
 
-`--isa avx2` measures on an AVX-512 machine what an AVX2 machine would run: Rustral with
-RUSTRAL_CPU_KERNELS=avx2 (its loops and the `gemm` crate's GEMMs), PyTorch with its ATen, MKL and
-oneDNN kernels capped at AVX2 (ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS, ONEDNN_MAX_CPU_ISA).
-ONNX Runtime has no such switch: its MLAS still takes the widest kernels, and the table says so.
-It is a stand-in for an AVX2 machine, not one: the cores, caches and clocks are the AVX-512 one's.
+`--isa avx2` measures on an AVX-512 machine what an AVX2 machine would run. Where Linux has CPUID
+faulting (`cpuid_fault` in /proc/cpuinfo), every process runs under bench/cpuid/avx2_only.c, which
+hides AVX-512 from CPUID: each library then picks its kernels as on a CPU with AVX2 and FMA only,
+Rustral and the `gemm` crate, PyTorch (ATen, inductor, MKL, oneDNN) and ONNX Runtime's MLAS alike,
+and the manifests record what was hidden (`cpuid_hidden`). Elsewhere it falls back to switches:
+RUSTRAL_CPU_KERNELS=avx2 for Rustral, ATEN_CPU_CAPABILITY, MKL_ENABLE_INSTRUCTIONS and
+ONEDNN_MAX_CPU_ISA for PyTorch; ONNX Runtime has none, runs its widest, and the table says so.
+Either way it is a stand-in for an AVX2 machine, not one: the cores, caches and clocks are the
+AVX-512 one's.
 
 Writes OUT/rounds.md and OUT/rounds.json (every round's medians, the machine, the build).
 Needs what torch_bench.py needs; builds rustral-bench (release) first.
@@ -41,11 +45,32 @@ if not args.no_build and not args.tables_only:
     subprocess.run(["cargo", "build", "--release", "--locked", "-p", "rustral-bench"], check=True)
 bench = os.path.join("target", "release", "rustral-bench")
 
-CAPS = {"widest": ({}, {}),
-        # MKL's cap on Rustral's side too, for a run with RUSTRAL_BLAS naming MKL (another vendor
-        # BLAS is not capped: leave RUSTRAL_BLAS unset for a stand-in).
-        "avx2": ({"RUSTRAL_CPU_KERNELS": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
-                 {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"})}
+def avx2_by_cpuid():
+    """The environment that runs a process under bench/cpuid/avx2_only.c, or None where the
+    library cannot be built or this kernel has no CPUID faulting."""
+    lib = os.path.abspath(os.path.join("target", "cpuid", "avx2_only.so"))
+    os.makedirs(os.path.dirname(lib), exist_ok=True)
+    try:
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", lib, "bench/cpuid/avx2_only.c"], check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"--isa avx2: cannot build bench/cpuid/avx2_only.c ({e})", file=sys.stderr)
+        return None
+    # glibc picked its string functions before the library loads: its own tunable caps them.
+    env = {"LD_PRELOAD": lib, "GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX512F,-AVX512CD,-AVX512BW,-AVX512DQ,-AVX512VL"}
+    if subprocess.run(["true"], env={**os.environ, **env}).returncode != 0:
+        print("--isa avx2: no CPUID faulting here; capping by environment variables instead", file=sys.stderr)
+        return None
+    return env
+
+CAPS = {"widest": ({}, {})}
+by_cpuid = args.isa == "avx2" and avx2_by_cpuid()
+if by_cpuid:
+    CAPS["avx2"] = (by_cpuid, by_cpuid)
+else:
+    # MKL's cap on Rustral's side too, for a run with RUSTRAL_BLAS naming MKL (another vendor
+    # BLAS is not capped: leave RUSTRAL_BLAS unset for a stand-in).
+    CAPS["avx2"] = ({"RUSTRAL_CPU_KERNELS": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+                    {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"})
 ours_env, peers_env = ({**os.environ, **caps} for caps in CAPS[args.isa])
 
 def rustral(t, out):
@@ -98,8 +123,13 @@ md = [f"# Rustral O2 against its peers, interleaved rounds\n",
       f"Build: git {build['git_sha'][:10]}{' (dirty)' if build['git_dirty'] else ''}, {build['rustc']}. "
       f"Peers' kernels: {'; '.join(f'{p}: {k}' for p, k in sorted(peer_kernels.items()))}.\n",
       *([] if args.isa == "widest" else [
-          "Capped at AVX2 (`--isa avx2`) on a machine that has AVX-512: Rustral and PyTorch ran their AVX2 "
-          "kernels; ONNX Runtime cannot be capped and ran its widest. A stand-in for an AVX2 machine, not one.\n"]),
+          ("Capped at AVX2 (`--isa avx2`) on a machine that has AVX-512, by hiding "
+           f"{' '.join(machine.get('cpuid_hidden', []))} from CPUID (bench/cpuid/avx2_only.c): every "
+           "library, ONNX Runtime's included, chose its kernels as on an AVX2 machine."
+           if by_cpuid else
+           "Capped at AVX2 (`--isa avx2`) on a machine that has AVX-512, by environment variables: Rustral "
+           "and PyTorch ran their AVX2 kernels; ONNX Runtime cannot be capped that way and ran its widest.")
+          + " A stand-in for an AVX2 machine, not one.\n"]),
       f"Measured by `python3 bench/python/rounds.py --threads {args.threads} --rounds {args.rounds} "
       f"--repeats {args.repeats}{'' if args.isa == 'widest' else ' --isa ' + args.isa}`: in each round Rustral's O2 and the peers ran one after the other on "
       "the same workloads (the order alternating), and a ratio is the peer's median over Rustral's within "
@@ -118,7 +148,7 @@ md.append("Rustral at or ahead of every peer on every row." if not behind else
 with open(os.path.join(args.out, "rounds.md"), "w") as f:
     f.write("\n".join(md) + "\n")
 with open(os.path.join(args.out, "rounds.json"), "w") as f:
-    json.dump(dict(machine=machine, build=build, isa=args.isa, peer_kernels=peer_kernels, rounds=args.rounds, repeats=args.repeats, rows=rows,
+    json.dump(dict(machine=machine, build=build, isa=args.isa, isa_by=None if args.isa == "widest" else ("cpuid" if by_cpuid else "env"), peer_kernels=peer_kernels, rounds=args.rounds, repeats=args.repeats, rows=rows,
                    medians={"|".join(map(str, k)): v for k, v in sorted(medians.items())}), f, indent=2)
     f.write("\n")
 print("\n".join(md))

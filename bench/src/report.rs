@@ -85,8 +85,14 @@ pub fn render(ms: &[Manifest], out: &Path) -> Result<String, String> {
         first.machine.os,
         if first.machine.cpu_features.is_empty() {
             "not recorded".to_string()
-        } else {
+        } else if first.machine.cpuid_hidden.is_empty() {
             first.machine.cpu_features.join(" ")
+        } else {
+            format!(
+                "{} (a stand-in for a narrower CPU: {} hidden from CPUID)",
+                first.machine.cpu_features.join(" "),
+                first.machine.cpuid_hidden.join(" ")
+            )
         },
         kernel_paths(ms),
         &first.build.git_sha[..first.build.git_sha.len().min(10)],

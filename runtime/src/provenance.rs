@@ -35,6 +35,11 @@ pub struct Machine {
     /// named (`crate::cpu::blas`); empty in older manifests and for peers.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub gemm: String,
+    /// Features /proc/cpuinfo lists that this process's CPUID does not report: a run that
+    /// stands in for a narrower CPU (`bench/cpuid/avx2_only.c` hides AVX-512), so that its
+    /// figures are never read as the full machine's. Empty, and not written, otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpuid_hidden: Vec<String>,
 }
 
 /// The build.
@@ -77,13 +82,33 @@ impl Machine {
         let cpu_kernels = crate::cpu::kernel_path().to_string();
         let cpu_id = cpu_id(&cpuinfo);
         let gemm = crate::cpu::gemm_library();
-        Machine { cpu_model, cpu_id, cores, memory_bytes, os, cpu_features, cpu_kernels, gemm }
+        let cpuid_hidden = hidden_features(&cpuinfo, &cpu_features);
+        Machine { cpu_model, cpu_id, cores, memory_bytes, os, cpu_features, cpu_kernels, gemm, cpuid_hidden }
     }
 
     /// The model name with its `cpu_id` where recorded, as reports name the machine.
     pub fn name(&self) -> String {
         if self.cpu_id.is_empty() { self.cpu_model.clone() } else { format!("{} [{}]", self.cpu_model, self.cpu_id) }
     }
+}
+
+/// The probed features the kernel's flags (/proc/cpuinfo) list and `seen` lacks. Linux spells
+/// `sse4.2` as `sse4_2` and puts an underscore after `avx512` in `avx512_vnni`, `avx512_bf16`.
+fn hidden_features(cpuinfo: &str, seen: &[String]) -> Vec<String> {
+    let flags: Vec<&str> = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("flags").and_then(|r| r.split_once(':')))
+        .map_or(Vec::new(), |(_, v)| v.split_whitespace().collect());
+    let linux = |f: &str| match f {
+        "sse4.2" => "sse4_2".to_string(),
+        "avx512vnni" | "avx512bf16" => f.replacen("avx512", "avx512_", 1),
+        _ => f.to_string(),
+    };
+    crate::cpu::PROBED_FEATURES
+        .iter()
+        .filter(|f| flags.contains(&linux(f).as_str()) && !seen.iter().any(|s| s == *f))
+        .map(|f| f.to_string())
+        .collect()
 }
 
 /// `cpu_id` from the first processor of /proc/cpuinfo; empty where it has no family line.
@@ -159,5 +184,23 @@ mod tests {
         let intel = "vendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Intel Xeon\n";
         assert_eq!(super::cpu_id(intel), "GenuineIntel family 6 model 143 stepping ?");
         assert_eq!(super::cpu_id("model name\t: Apple M2\n"), "");
+    }
+
+    #[test]
+    fn hidden_features_are_the_flags_cpuid_did_not_report() {
+        let info = "processor\t: 0\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512vl avx512_vnni avx512_bf16\n";
+        let seen = |fs: &[&str]| fs.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+        let all = seen(&["sse4.2", "avx", "avx2", "fma", "avx512f", "avx512vl", "avx512vnni", "avx512bf16"]);
+        assert!(super::hidden_features(info, &all).is_empty());
+        assert_eq!(
+            super::hidden_features(info, &seen(&["sse4.2", "avx", "avx2", "fma"])),
+            ["avx512f", "avx512vl", "avx512vnni", "avx512bf16"]
+        );
+        // avx512dq is probed but not in the flags: never "hidden". No flags line hides nothing.
+        assert_eq!(
+            super::hidden_features(info, &seen(&["sse4.2", "avx", "avx2", "fma", "avx512f", "avx512vl"])),
+            ["avx512vnni", "avx512bf16"]
+        );
+        assert!(super::hidden_features("model name\t: x\n", &[]).is_empty());
     }
 }

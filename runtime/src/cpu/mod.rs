@@ -12,7 +12,7 @@ mod jit;
 mod kernels;
 mod simd;
 pub use blas::gemm_library;
-pub use simd::{KERNEL_PATHS, cpu_features, kernel_path};
+pub use simd::{KERNEL_PATHS, PROBED_FEATURES, cpu_features, kernel_path};
 mod storage;
 
 use crate::exec::{Backend, Executor};

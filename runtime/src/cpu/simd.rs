@@ -340,35 +340,44 @@ pub fn kernel_path() -> &'static str {
     })
 }
 
-/// The CPU's SIMD features that matter to the kernels here and to the peers they are
-/// compared with (empty off x86-64), for manifests.
-pub fn cpu_features() -> Vec<String> {
-    let mut found = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! probe {
-            ($($f:tt),*) => {$(
-                if std::arch::is_x86_feature_detected!($f) {
-                    found.push($f.to_string());
-                }
-            )*};
+/// Declares [`PROBED_FEATURES`] and [`cpu_features`] from one list, so that the two agree.
+macro_rules! probed_features {
+    ($($f:tt),*) => {
+        /// The features [`cpu_features`] probes, by `std::arch` name.
+        pub const PROBED_FEATURES: &[&str] = &[$($f),*];
+
+        /// The CPU's SIMD features that matter to the kernels here and to the peers they are
+        /// compared with (empty off x86-64), for manifests. This is what CPUID tells this
+        /// process, which something can narrow (`bench/cpuid/avx2_only.c`):
+        /// `provenance::Machine::cpuid_hidden` records the difference from /proc/cpuinfo.
+        pub fn cpu_features() -> Vec<String> {
+            #[allow(unused_mut)]
+            let mut found = Vec::new();
+            #[cfg(target_arch = "x86_64")]
+            {
+                $(
+                    if std::arch::is_x86_feature_detected!($f) {
+                        found.push($f.to_string());
+                    }
+                )*
+            }
+            found
         }
-        probe!(
-            "sse4.2",
-            "avx",
-            "avx2",
-            "fma",
-            "f16c",
-            "avx512f",
-            "avx512dq",
-            "avx512vl",
-            "avx512bw",
-            "avx512vnni",
-            "avx512bf16"
-        );
-    }
-    found
+    };
 }
+probed_features!(
+    "sse4.2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512vl",
+    "avx512bw",
+    "avx512vnni",
+    "avx512bf16"
+);
 
 /// True when the AVX-512 versions may run.
 #[inline]
