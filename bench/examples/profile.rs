@@ -1,5 +1,5 @@
 //! Per-kernel profile of a workload on the CPU target, summed by op and by module path:
-//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|train_step|resnet18|vit_b16] [threads] [batch]`
+//! `cargo run --release -p rustral-bench --example profile -- [minilm|gpt2|gpt2_block|train_step|resnet18|vit_b16] [threads] [batch]`
 //! (`train_step`: the training step of the `train_step` bench, forward and backward, without
 //! the optimizer).
 
@@ -26,6 +26,7 @@ fn main() {
         }
         "resnet18" => (rustral_bench::workloads::resnet18(), vec![("batch", 8)]),
         "vit_b16" => (rustral_bench::workloads::vit_b16(), vec![("batch", 8)]),
+        "gpt2_block" => (rustral_bench::workloads::gpt2_block(), vec![]),
         "gpt2" => {
             let mut config = Gpt2Config::tiny(12);
             (config.n_embd, config.n_head, config.vocab_size, config.n_positions) = (768, 12, 50257, 1024);
