@@ -72,18 +72,25 @@ static void hide(unsigned leaf, unsigned sub, unsigned *a, unsigned *b, unsigned
 static void on_fault(int sig, siginfo_t *info, void *context) {
     greg_t *r = ((ucontext_t *)context)->uc_mcontext.gregs;
     const unsigned char *ip = (const unsigned char *)r[REG_RIP];
-    if (ip[0] != 0x0f || ip[1] != 0xa2) {
+    /* A CPUID fault comes from the kernel (#GP, SI_KERNEL) at a readable instruction; check
+     * the cause before reading the bytes, which a jump to an unmapped address could not. */
+    if (info->si_code != SI_KERNEL || ip[0] != 0x0f || ip[1] != 0xa2) {
         /* Not CPUID: a real fault, the program's to handle. With no handler of its own, put the
          * default back; the instruction faults again and ends the process as it would have. */
-        if (program.sa_flags & SA_SIGINFO) {
-            program.sa_sigaction(sig, info, context);
-        } else if (program.sa_handler != SIG_DFL && program.sa_handler != SIG_IGN) {
-            program.sa_handler(sig);
+        struct sigaction theirs = program;
+        int handled = theirs.sa_handler != SIG_DFL && theirs.sa_handler != SIG_IGN;
+        if (theirs.sa_flags & SA_RESETHAND) program.sa_handler = SIG_DFL, program.sa_flags = 0;
+        if (handled && (theirs.sa_flags & SA_SIGINFO)) {
+            theirs.sa_sigaction(sig, info, context);
+        } else if (handled) {
+            theirs.sa_handler(sig);
         } else {
             struct sigaction dfl;
             memset(&dfl, 0, sizeof dfl);
             dfl.sa_handler = SIG_DFL;
             real_sigaction(SIGSEGV, &dfl, 0);
+            /* A SIGSEGV sent by kill or raise does not come back by itself: send it again. */
+            if (info->si_code <= 0) raise(SIGSEGV);
         }
         return;
     }
@@ -100,8 +107,12 @@ __attribute__((constructor)) static void start(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = on_fault;
-    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-    sigemptyset(&sa.sa_mask);
+    /* NODEFER: a CPUID in a handler run from this one (a crash reporter) faults again, and a
+     * blocked forced signal would kill the process. The mask keeps other handlers from running
+     * while faulting is briefly off. */
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+    sigfillset(&sa.sa_mask);
+    sigdelset(&sa.sa_mask, SIGSEGV);
     if (real_sigaction(SIGSEGV, &sa, &program) != 0 || syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
         static const char msg[] = "avx2_only: this kernel or CPU has no CPUID faulting (cpuid_fault)\n";
         (void)!write(2, msg, sizeof msg - 1);

@@ -98,6 +98,8 @@ for r in range(args.rounds):
         target = m["target"] if m["target"] != "cpu" else "rustral"
         if target == "rustral" and m["pipeline"]["label"] != "O2":
             continue
+        if by_cpuid and not m["machine"].get("cpuid_hidden"):
+            sys.exit(f"{path}: ran with AVX-512 visible, though this run hides it from CPUID")
         key = (m["workload"]["name"], m["threads"], target)
         medians.setdefault(key, []).append(statistics.median(m["timings_ms"]))
         if target == "rustral":

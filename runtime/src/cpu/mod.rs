@@ -153,10 +153,13 @@ impl Backend for CpuBackend {
     }
 
     fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match caller_pool().filter(|_| self.threads == 1) {
-            Some(own) => own.install(f),
-            None => self.pool.install(f),
+        // Only at one thread: `caller_pool` makes the caller a worker of its own for good.
+        if self.threads == 1
+            && let Some(own) = caller_pool()
+        {
+            return own.install(f);
         }
+        self.pool.install(f)
     }
 }
 
@@ -173,7 +176,8 @@ impl CpuProgram {
     /// back cost 15-50 us on a 2-vCPU VM (LayerNorm [8,128,768]: 0.20 ms a run handed over,
     /// 0.14 ms on the caller). rayon then counts that thread as the only worker of a pool of
     /// its own, for good: rayon parallel iterators the same thread runs outside Rustral run on
-    /// it alone too. Where that matters, run the program from a thread of its own. A thread
+    /// it alone too, and a `rayon::spawn` from it waits until the thread next enters rayon.
+    /// Where that matters, run the program from a thread of its own. A thread
     /// already in a rayon pool, and any past the first 256, hand their runs over as before.
     pub fn new(program: Program, threads: usize) -> Result<CpuProgram, CpuError> {
         let threads = threads.max(1);
@@ -381,6 +385,9 @@ mod tests {
         std::thread::spawn(|| {
             let me = std::thread::current().id();
             let (one, two) = (backend(1), backend(2));
+            // A program of more threads leaves the caller out of any pool.
+            assert_eq!(two.install(rayon::current_num_threads), 2);
+            assert_eq!(rayon::current_thread_index(), None);
             assert_eq!(one.install(|| std::thread::current().id()), me);
             // Kernels inside see a pool of one thread: their parallel loops stay on the caller.
             assert_eq!(one.install(rayon::current_num_threads), 1);
