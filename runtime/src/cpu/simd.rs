@@ -37,11 +37,39 @@ pub fn madd<const FMA: bool>(a: f32, b: f32, c: f32) -> f32 {
 /// interpreter's bits.
 #[inline(always)]
 pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
+    let y = exp_core::<FMA>(x.clamp(EXP_MIN, EXP_MAX));
+    // A NaN input is NaN through `p` (NaN times any scale is NaN) and fails both tests.
+    if x < EXP_MIN {
+        0.0
+    } else if x > EXP_MAX {
+        f32::INFINITY
+    } else {
+        y
+    }
+}
+
+/// The range `exp` evaluates its polynomial on: below it the result is 0, above it infinity.
+const EXP_MIN: f32 = -87.33;
+const EXP_MAX: f32 = 88.72;
+
+/// `exp_with` for `x <= 0` or NaN (a softmax's shifted values, `erfc`'s `-a^2`): the same
+/// bits there, with the overflow test and both clamps left out (three fewer operations a
+/// vector, and three fewer constants held in registers). An `x` under the range gives 0 by
+/// the test whatever `exp_core` made of it.
+#[inline(always)]
+pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {
+    let y = exp_core::<FMA>(x);
+    if x < EXP_MIN { 0.0 } else { y }
+}
+
+/// `2^n * p(r)` for `x` within `EXP_MIN..=EXP_MAX` (unchecked: outside it the result is
+/// meaningless): the arithmetic every form of `exp` shares, for callers that know their
+/// argument's range (`tanh`'s `2|x| <= 20`).
+#[inline(always)]
+fn exp_core<const FMA: bool>(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    let x0 = x;
-    let x = x.clamp(-87.33, 88.72);
     // Round to nearest by adding 1.5 * 2^23 (no call to floorf, which does not vectorise
     // without SSE4.1).
     const ROUND: f32 = 12_582_912.0;
@@ -51,25 +79,18 @@ pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
     let [c0, c1, c2, c3, c4, c5] = EXP_POLY;
     let p = madd::<FMA>(r, madd::<FMA>(r, madd::<FMA>(r, madd::<FMA>(r, madd::<FMA>(r, c5, c4), c3), c2), c1), c0);
     // `n + 127` read from the low mantissa bits of `shifted` (equal to `n as i32 + 127` over
-    // the clamped range): integer lane arithmetic, where `as i32` saturates lane by lane in
-    // scalar code.
+    // the range): integer lane arithmetic, where `as i32` saturates lane by lane in scalar
+    // code.
     let scale = f32::from_bits(shifted.to_bits().wrapping_sub(ROUND.to_bits() - 127) << 23);
-    // A NaN input is NaN through `p` (NaN times any scale is NaN) and fails both tests.
-    let y = p * scale;
-    if x0 < -87.33 {
-        0.0
-    } else if x0 > 88.72 {
-        f32::INFINITY
-    } else {
-        y
-    }
+    p * scale
 }
 
 /// `tanh(x) = 1 - 2 / (e^(2x) + 1)`, saturating to ±1, odd by construction.
 #[inline(always)]
 pub fn tanh(x: f32) -> f32 {
     let a = x.abs().min(10.0);
-    let t = 1.0 - 2.0 / (exp(2.0 * a) + 1.0);
+    // `2a <= 20` is within `exp`'s range, so its clamps and tests would change nothing.
+    let t = 1.0 - 2.0 / (exp_core::<false>(2.0 * a) + 1.0);
     // For small |x| the subtraction above loses digits; the Taylor series is exact there.
     let small = a * (1.0 - a * a * (1.0 / 3.0 - a * a * (2.0 / 15.0)));
     let t = if a < 0.0625 { small } else { t };
@@ -83,7 +104,7 @@ pub fn tanh(x: f32) -> f32 {
 fn erfc_nonneg(a: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.327_591_1 * a);
     let poly = t * (0.254_829_6 + t * (-0.284_496_72 + t * (1.421_413_7 + t * (-1.453_152_1 + t * 1.061_405_4))));
-    poly * exp(-a * a)
+    poly * exp_nonpositive::<false>(-a * a)
 }
 
 /// `erf(x)`: its Maclaurin series near 0 (so `erf(0) = 0` exactly and small inputs keep their
@@ -176,21 +197,22 @@ const SMALL: usize = 16;
 
 /// `dst[i] = e^(src[i] - m)`, returning their sum in `SMALL` lanes: softmax's exponentials
 /// and their total in one pass over the row (`dst` may start uninitialised; the slices have
-/// one length). `FMA`: as `exp_with`.
+/// one length). `FMA`: as `exp_with`. `m` is the row's maximum (`max_for_shift`), so every
+/// shifted value is `<= 0` or NaN and `exp_nonpositive` gives `exp_with`'s bits.
 #[inline(always)]
 pub fn exp_shifted_into<const FMA: bool>(src: &[f32], m: f32, dst: &mut [MaybeUninit<f32>]) -> f32 {
     let mut acc = [0.0f32; SMALL];
     let (mut d, mut s) = (dst.chunks_exact_mut(SMALL), src.chunks_exact(SMALL));
     for (dc, sc) in (&mut d).zip(&mut s) {
         for i in 0..SMALL {
-            let e = exp_with::<FMA>(sc[i] - m);
+            let e = exp_nonpositive::<FMA>(sc[i] - m);
             dc[i].write(e);
             acc[i] += e;
         }
     }
     let mut tail = 0.0;
     for (dv, &sv) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        tail += *dv.write(exp_with::<FMA>(sv - m));
+        tail += *dv.write(exp_nonpositive::<FMA>(sv - m));
     }
     halve(acc, |a, b| a + b) + tail
 }
@@ -202,13 +224,13 @@ pub fn exp_shifted_in_place<const FMA: bool>(row: &mut [f32], m: f32) -> f32 {
     let mut chunks = row.chunks_exact_mut(SMALL);
     for c in &mut chunks {
         for i in 0..SMALL {
-            c[i] = exp_with::<FMA>(c[i] - m);
+            c[i] = exp_nonpositive::<FMA>(c[i] - m);
             acc[i] += c[i];
         }
     }
     let mut tail = 0.0;
     for v in chunks.into_remainder() {
-        *v = exp_with::<FMA>(*v - m);
+        *v = exp_nonpositive::<FMA>(*v - m);
         tail += *v;
     }
     halve(acc, |a, b| a + b) + tail
@@ -219,10 +241,10 @@ pub fn exp_shifted_in_place<const FMA: bool>(row: &mut [f32], m: f32) -> f32 {
 pub fn sum_exp_shifted<const FMA: bool>(xs: &[f32], m: f32) -> f32 {
     let mut acc = [0.0f32; SMALL];
     let chunks = xs.chunks_exact(SMALL);
-    let tail: f32 = chunks.remainder().iter().map(|&v| exp_with::<FMA>(v - m)).sum();
+    let tail: f32 = chunks.remainder().iter().map(|&v| exp_nonpositive::<FMA>(v - m)).sum();
     for c in chunks {
         for i in 0..SMALL {
-            acc[i] += exp_with::<FMA>(c[i] - m);
+            acc[i] += exp_nonpositive::<FMA>(c[i] - m);
         }
     }
     halve(acc, |a, b| a + b) + tail
@@ -565,5 +587,27 @@ mod tests {
         assert!((f64::from(erf(1e-3)) / libm::erf(1e-3) - 1.0).abs() < 1e-6, "relative accuracy near 0");
         assert!(tanh(f32::NAN).is_nan() && erf(f32::NAN).is_nan() && one_plus_erf(f32::NAN).is_nan());
         assert_eq!(tanh(-20.0), -1.0);
+    }
+
+    /// `exp_nonpositive` and `tanh`'s unchecked `exp_core` give `exp_with`'s bits wherever
+    /// they are used (`x <= 0` or NaN; `0 <= x <= 20`), both roundings, the edges included:
+    /// the kernels that use them are held to the interpreter's bits through them.
+    #[test]
+    fn exp_shortcuts_give_the_checked_bits_on_their_ranges() {
+        let edges = [0.0f32, -0.0, -87.33, -87.329_99, -87.330_01, -100.0, -1e30, f32::NEG_INFINITY, f32::MIN];
+        let grid = (0..=200_000).map(|i| -(i as f32) * 0.000_5);
+        for x in grid.chain(edges) {
+            assert_eq!(exp_nonpositive::<false>(x).to_bits(), exp_with::<false>(x).to_bits(), "exp_nonpositive({x})");
+            assert_eq!(
+                exp_nonpositive::<true>(x).to_bits(),
+                exp_with::<true>(x).to_bits(),
+                "fused exp_nonpositive({x})"
+            );
+        }
+        assert!(exp_nonpositive::<false>(f32::NAN).is_nan() && exp_nonpositive::<true>(f32::NAN).is_nan());
+        for i in 0..=40_000 {
+            let x = i as f32 * 0.000_5;
+            assert_eq!(exp_core::<false>(x).to_bits(), exp_with::<false>(x).to_bits(), "exp_core({x})");
+        }
     }
 }

@@ -268,15 +268,38 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
         self.select(above, kv, x)
     }
 
-    /// `simd::exp`, step for step. The integer `n` is read from the bits of the rounded sum
-    /// (`x log2 e + 1.5 * 2^23` holds `n` in its low mantissa bits), which equals `n as i32`
-    /// for the clamped range and avoids a saturating conversion.
+    /// `simd::exp`, step for step: clamped into the range, `exp_core`, then the tests that
+    /// give 0 below the range and infinity above it.
     fn exp(&mut self, x0: Value) -> Value {
+        let x = self.at_least(x0, -87.33);
+        let x = self.at_most(x, 88.72);
+        let y = self.exp_core(x);
+        let under = self.lt(x0, -87.33);
+        let zero = self.c(0.0);
+        let y = self.select(under, zero, y);
+        let hi = self.c(88.72);
+        let over = self.b.ins().fcmp(FloatCC::GreaterThan, x0, hi);
+        let inf = self.c(f32::INFINITY);
+        self.select(over, inf, y)
+    }
+
+    /// `simd::exp_nonpositive` (for `x <= 0` or NaN): `exp`'s bits there, without the clamps
+    /// and the overflow test.
+    fn exp_nonpositive(&mut self, x: Value) -> Value {
+        let y = self.exp_core(x);
+        let under = self.lt(x, -87.33);
+        let zero = self.c(0.0);
+        self.select(under, zero, y)
+    }
+
+    /// `simd::exp_core`, step for step, for `x` within `exp`'s range. The integer `n` is read
+    /// from the bits of the rounded sum (`x log2 e + 1.5 * 2^23` holds `n` in its low
+    /// mantissa bits), which equals `n as i32` over the range and avoids a saturating
+    /// conversion.
+    fn exp_core(&mut self, x: Value) -> Value {
         const LN2_HI: f32 = 0.693_359_4;
         const LN2_LO: f32 = -2.121_944_4e-4;
         const ROUND: f32 = 12_582_912.0;
-        let x = self.at_least(x0, -87.33);
-        let x = self.at_most(x, 88.72);
         let log2e = self.c(std::f32::consts::LOG2_E);
         let round = self.c(ROUND);
         let n = self.mul(x, log2e);
@@ -297,14 +320,7 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
         let e = self.b.ins().isub(bits, bias);
         let e = self.b.ins().ishl_imm_u(e, 23);
         let scale = self.float(e);
-        let y = self.mul(p, scale);
-        let under = self.lt(x0, -87.33);
-        let zero = self.c(0.0);
-        let y = self.select(under, zero, y);
-        let hi = self.c(88.72);
-        let over = self.b.ins().fcmp(FloatCC::GreaterThan, x0, hi);
-        let inf = self.c(f32::INFINITY);
-        self.select(over, inf, y)
+        self.mul(p, scale)
     }
 
     /// `simd::tanh`, step for step.
@@ -313,7 +329,8 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
         let a = self.at_most(a, 10.0);
         let two = self.c(2.0);
         let a2 = self.mul(two, a);
-        let e = self.exp(a2);
+        // `2a <= 20`: within `exp`'s range, as `simd::tanh` relies on.
+        let e = self.exp_core(a2);
         let one = self.c(1.0);
         let d = self.add(e, one);
         let q = self.div(two, d);
@@ -347,7 +364,7 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
         let poly = self.mul(t, p);
         let neg = self.b.ins().fneg(a);
         let sq = self.mul(neg, a);
-        let e = self.exp(sq);
+        let e = self.exp_nonpositive(sq);
         self.mul(poly, e)
     }
 

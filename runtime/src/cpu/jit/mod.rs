@@ -20,6 +20,7 @@ use cranelift_module::{FuncId, Linkage, Module, default_libcall_names};
 use rayon::prelude::*;
 use rustral_ir::ElementwiseExpr;
 use std::collections::HashMap;
+use std::mem::MaybeUninit;
 use std::sync::{Mutex, OnceLock};
 
 /// The longest body the JIT compiles. Cranelift's time on one straight-line body grows faster
@@ -163,13 +164,14 @@ enum Kernel {
 }
 
 impl Kernel {
-    /// Evaluate `body` over `dst` from operands that start at the run's first value (or hold
-    /// its one value when scalar); false when the tile loops refuse an operand.
+    /// Evaluate `body` over `dst` (which may start uninitialised; true means every value was
+    /// written) from operands that start at the run's first value (or hold its one value when
+    /// scalar); false when an operand is shorter than the run.
     fn apply(
         self,
         body: &ElementwiseExpr,
         ops: &[tiles::Operand<'_>],
-        dst: &mut [f32],
+        dst: &mut [MaybeUninit<f32>],
         scratch: &mut Vec<[f32; tiles::TILE]>,
     ) -> bool {
         match self {
@@ -201,10 +203,13 @@ pub(super) fn run(
     mode: Elementwise,
 ) -> Result<Vec<f32>, String> {
     let total: usize = out.iter().product();
-    let mut result = vec![0.0f32; total];
+    // Not zeroed first: every run writes all of its values (or the result is dropped unread),
+    // and zeroing a large output is a pass over memory as long as the kernel's own writes.
+    let mut result: Vec<f32> = Vec::with_capacity(total);
     if total == 0 {
         return Ok(result);
     }
+    let spare = &mut result.spare_capacity_mut()[..total];
     let shapes: Vec<&[usize]> = operands.iter().map(|(_, s)| *s).collect();
     let layout = layout(&shapes, out);
     let scalar = match &layout {
@@ -217,7 +222,7 @@ pub(super) fn run(
     };
     let k = if tiled { Kernel::Tiles } else { Kernel::Jit(kernel(body, scalar)?) };
     let done = match &layout {
-        Layout::Flat { scalar } => result
+        Layout::Flat { scalar } => spare
             .par_chunks_mut(BLOCK)
             .enumerate()
             .map_init(Vec::new, |scratch, (c, dst)| {
@@ -236,7 +241,7 @@ pub(super) fn run(
         Layout::Rows { strides, scalar } => {
             let width = out.last().copied().unwrap_or(1);
             let rows_per_block = (BLOCK / width).max(1);
-            result
+            spare
                 .par_chunks_mut(rows_per_block * width)
                 .enumerate()
                 .map_init(Vec::new, |scratch, (blk, dst)| {
@@ -256,19 +261,24 @@ pub(super) fn run(
                 .all(|ok| ok)
         }
     };
-    if done { Ok(result) } else { Err("an operand is shorter than the output it is broadcast to".to_string()) }
+    if !done {
+        return Err("an operand is shorter than the output it is broadcast to".to_string());
+    }
+    // SAFETY: the runs cover `0..total` and each one that returned true wrote all its values.
+    unsafe { result.set_len(total) };
+    Ok(result)
 }
 
-/// Run `f` over `dst`: the whole multiple of `LANES` in place, the last few values through
-/// zero-padded copies (so the kernel never reads or writes past a slice).
-fn call(f: KernelFn, args: &[(*const f32, bool)], dst: &mut [f32]) {
+/// Run `f` over `dst`, writing every value: the whole multiple of `LANES` in place, the last
+/// few values through zero-padded copies (so the kernel never reads or writes past a slice).
+fn call(f: KernelFn, args: &[(*const f32, bool)], dst: &mut [MaybeUninit<f32>]) {
     let n = dst.len();
     let main = n - n % LANES;
     let ptrs: Vec<*const f32> = args.iter().map(|&(p, _)| p).collect();
     if main > 0 {
         // SAFETY: every non-scalar pointer has at least `n >= main` readable values (the
         // callers slice them from a row or block of the output's length), `dst` has `n`.
-        unsafe { f(ptrs.as_ptr(), dst.as_mut_ptr(), main) };
+        unsafe { f(ptrs.as_ptr(), dst.as_mut_ptr().cast::<f32>(), main) };
     }
     let tail = n - main;
     if tail > 0 {
@@ -287,7 +297,9 @@ fn call(f: KernelFn, args: &[(*const f32, bool)], dst: &mut [f32]) {
         let mut out = [0.0f32; LANES];
         // SAFETY: `LANES` values behind every pointer, `LANES` to write.
         unsafe { f(pad_ptrs.as_ptr(), out.as_mut_ptr(), LANES) };
-        dst[main..].copy_from_slice(&out[..tail]);
+        for (d, &v) in dst[main..].iter_mut().zip(&out) {
+            d.write(v);
+        }
     }
 }
 

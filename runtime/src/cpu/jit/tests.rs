@@ -271,6 +271,31 @@ fn runs_across_tiles_and_blocks_with_a_scalar_operand() {
     }
 }
 
+/// A body whose last node is an operand or a constant: the tile loops write their output
+/// straight from that node, so each kind is checked to give its values in every tile (the
+/// output starts uninitialised, so a value left unwritten would not read as the one wanted).
+#[test]
+fn bodies_that_end_in_an_operand_or_constant_copy_it_out() {
+    use ExprNode::{Arg, Const};
+    let n = 2 * tiles::TILE + 3;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 7.0).collect();
+    let s = [0.3f32];
+    let operands: [(&[f32], &[usize]); 2] = [(&x, &[n]), (&s, &[1])];
+    let cases = [
+        (vec![Arg(1), Arg(0)], x.clone()),
+        (vec![Arg(0), Arg(1)], vec![0.3; n]),
+        (vec![Arg(0), Const { value: F64(-2.5), dtype: DType::F32 }], vec![-2.5; n]),
+    ];
+    for (nodes, want) in cases {
+        let b = body(nodes);
+        let got = super::run(&b, &operands, &[n], Elementwise::Tiles).expect("runs");
+        assert_eq!(got.len(), n);
+        for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "body {b:?}, element {i}");
+        }
+    }
+}
+
 /// Which bodies the default mode runs a tile at a time: those with a transcendental function,
 /// on a CPU with vectors wider than Cranelift's, and short enough for the tile scratch.
 #[test]

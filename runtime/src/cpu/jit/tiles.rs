@@ -12,6 +12,7 @@
 use super::super::kernels::{binary, unary};
 use crate::cpu::simd;
 use rustral_ir::{BinaryOp, DType, ElementwiseExpr, ExprNode, UnaryOp};
+use std::mem::MaybeUninit;
 
 /// Values per tile: `TILE` f32s per body node stay in L1 for the bodies `MAX_NODES` allows.
 pub(super) const TILE: usize = 256;
@@ -50,12 +51,13 @@ pub(super) fn scratch(body: &ElementwiseExpr) -> Vec<[f32; TILE]> {
     vec![[0.0; TILE]; body.nodes.len()]
 }
 
-/// Evaluate `body` over `dst.len()` values; false (with `dst` partly written) when an operand
-/// is shorter than the run or `temps` has fewer tiles than the body has nodes.
+/// Evaluate `body` over `dst.len()` values, writing every one (`dst` may start
+/// uninitialised); false (with `dst` partly written) when an operand is shorter than the run
+/// or `temps` has fewer tiles than the body has nodes.
 pub(super) fn run(
     body: &ElementwiseExpr,
     operands: &[Operand<'_>],
-    dst: &mut [f32],
+    dst: &mut [MaybeUninit<f32>],
     temps: &mut [[f32; TILE]],
 ) -> bool {
     let n = dst.len();
@@ -69,8 +71,9 @@ pub(super) fn run(
 }
 
 simd::multiversion! {
-    /// The tile loop of `run`, whose checks it relies on.
-    fn eval(expr: &ElementwiseExpr, operands: &[Operand<'_>], dst: &mut [f32], temps: &mut [[f32; TILE]]) {
+    /// The tile loop of `run`, whose checks it relies on. The last node writes straight into
+    /// `dst`, the others into their tiles.
+    fn eval(expr: &ElementwiseExpr, operands: &[Operand<'_>], dst: &mut [MaybeUninit<f32>], temps: &mut [[f32; TILE]]) {
         // Constants and scalar operands are the same in every tile: filled once.
         for (t, node) in temps.iter_mut().zip(&expr.nodes) {
             match *node {
@@ -85,7 +88,6 @@ simd::multiversion! {
             let n = TILE.min(dst.len() - start);
             for (k, node) in expr.nodes.iter().enumerate() {
                 let (done, rest) = temps.split_at_mut(k);
-                let t = &mut rest[0][..n];
                 // A node's input: a non-scalar operand straight from its slice, else its tile.
                 let src = |j: usize| -> &[f32] {
                     match expr.nodes[j] {
@@ -93,44 +95,57 @@ simd::multiversion! {
                         _ => &done[j][..n],
                     }
                 };
+                let t: &mut [MaybeUninit<f32>] = if k == last {
+                    &mut dst[start..start + n]
+                } else {
+                    // SAFETY: the same memory seen as possibly uninitialised; only initialised
+                    // values are written through it.
+                    unsafe { &mut *(&mut rest[0][..n] as *mut [f32] as *mut [MaybeUninit<f32>]) }
+                };
                 match *node {
-                    ExprNode::Arg(i) if !operands[i].scalar && k == last => {
-                        t.copy_from_slice(&operands[i].data[start..start + n]);
+                    // A body that is one operand or constant: its values (filled above, or
+                    // the operand's) copied out.
+                    ExprNode::Arg(i) if k == last && !operands[i].scalar => {
+                        copy(&operands[i].data[start..start + n], t);
                     }
+                    ExprNode::Arg(_) | ExprNode::Const { .. } if k == last => copy(&rest[0][..n], t),
                     ExprNode::Arg(_) | ExprNode::Const { .. } => {}
                     ExprNode::Unary(u, x) => unary_tile(u, src(x), t),
                     ExprNode::Binary(op, x, y) => binary_tile(op, src(x), src(y), t),
                     ExprNode::Where(c, x, y) => {
                         let (c, x, y) = (src(c), src(x), src(y));
                         for (j, v) in t.iter_mut().enumerate() {
-                            *v = if c[j] != 0.0 { x[j] } else { y[j] };
+                            v.write(if c[j] != 0.0 { x[j] } else { y[j] });
                         }
                     }
                     ExprNode::Cast(DType::Bool, x) => {
                         for (v, &a) in t.iter_mut().zip(src(x)) {
-                            *v = if a != 0.0 { 1.0 } else { 0.0 };
+                            v.write(if a != 0.0 { 1.0 } else { 0.0 });
                         }
                     }
-                    ExprNode::Cast(_, x) => t.copy_from_slice(src(x)),
+                    ExprNode::Cast(_, x) => copy(src(x), t),
                 }
             }
-            let result: &[f32] = match expr.nodes[last] {
-                ExprNode::Arg(i) if !operands[i].scalar => &operands[i].data[start..start + n],
-                _ => &temps[last][..n],
-            };
-            dst[start..start + n].copy_from_slice(result);
             start += n;
         }
     }
 }
 
+/// `dst[j] = x[j]`.
+#[inline(always)]
+fn copy(x: &[f32], dst: &mut [MaybeUninit<f32>]) {
+    for (v, &a) in dst.iter_mut().zip(x) {
+        v.write(a);
+    }
+}
+
 /// `dst[j] = u(x[j])`, one loop per op so that each vectorises (the scalar kernels inline).
 #[inline(always)]
-fn unary_tile(u: UnaryOp, x: &[f32], dst: &mut [f32]) {
+fn unary_tile(u: UnaryOp, x: &[f32], dst: &mut [MaybeUninit<f32>]) {
     macro_rules! each {
         ($op:expr) => {
             for (v, &a) in dst.iter_mut().zip(x) {
-                *v = unary($op, a);
+                v.write(unary($op, a));
             }
         };
     }
@@ -149,11 +164,11 @@ fn unary_tile(u: UnaryOp, x: &[f32], dst: &mut [f32]) {
 
 /// `dst[j] = op(x[j], y[j])`, one loop per op.
 #[inline(always)]
-fn binary_tile(op: BinaryOp, x: &[f32], y: &[f32], dst: &mut [f32]) {
+fn binary_tile(op: BinaryOp, x: &[f32], y: &[f32], dst: &mut [MaybeUninit<f32>]) {
     macro_rules! each {
         ($op:expr) => {
             for (v, (&a, &b)) in dst.iter_mut().zip(x.iter().zip(y)) {
-                *v = binary($op, a, b);
+                v.write(binary($op, a, b));
             }
         };
     }
