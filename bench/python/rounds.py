@@ -63,7 +63,9 @@ def avx2_by_cpuid():
     return env
 
 CAPS = {"widest": ({}, {})}
-by_cpuid = args.isa == "avx2" and avx2_by_cpuid()
+# With --tables-only nothing runs, so how the rounds were capped is read from their manifests
+# below (whether they record `cpuid_hidden`), not from what this machine can do now.
+by_cpuid = args.isa == "avx2" and not args.tables_only and avx2_by_cpuid()
 if by_cpuid:
     CAPS["avx2"] = (by_cpuid, by_cpuid)
 else:
@@ -92,6 +94,7 @@ for r in range(0 if args.tables_only else args.rounds):
 
 # medians[(workload, threads, target)] = [median of round 0, of round 1, ...]
 medians, machine, build, peer_kernels = {}, None, None, {}
+hidden_in = []  # per manifest: whether its process had AVX-512 hidden from CPUID
 for r in range(args.rounds):
     for path in sorted(glob.glob(os.path.join(args.out, f"round{r}", "*.json"))):
         m = json.load(open(path))
@@ -100,12 +103,21 @@ for r in range(args.rounds):
             continue
         if by_cpuid and not m["machine"].get("cpuid_hidden"):
             sys.exit(f"{path}: ran with AVX-512 visible, though this run hides it from CPUID")
+        hidden_in.append((path, bool(m["machine"].get("cpuid_hidden"))))
         key = (m["workload"]["name"], m["threads"], target)
         medians.setdefault(key, []).append(statistics.median(m["timings_ms"]))
         if target == "rustral":
             machine, build = m["machine"], m["build"]
         else:
             peer_kernels[target] = m["machine"].get("cpu_kernels", "")
+
+if not medians:
+    sys.exit(f"no manifests under {args.out}/round*/")
+if args.tables_only and args.isa == "avx2":
+    by_cpuid = all(h for _, h in hidden_in)
+    visible = [p for p, h in hidden_in if not h]
+    if visible and len(visible) < len(hidden_in):
+        sys.exit(f"{visible[0]}: ran with AVX-512 visible, though other manifests of these rounds hid it")
 
 rows = []
 for (w, t, target), ms in sorted(medians.items()):
