@@ -48,13 +48,14 @@ pub fn exp_with<const FMA: bool>(x: f32) -> f32 {
     }
 }
 
-/// The range `exp` evaluates its polynomial on: below it the result is 0, above it infinity.
-const EXP_MIN: f32 = -87.33;
-const EXP_MAX: f32 = 88.72;
+/// The range `exp` evaluates its polynomial on: below it the result is 0, above it infinity
+/// (the JIT's `exp` uses the same bounds).
+pub(crate) const EXP_MIN: f32 = -87.33;
+pub(crate) const EXP_MAX: f32 = 88.72;
 
 /// `exp_with` for `x <= 0` or NaN (a softmax's shifted values, `erfc`'s `-a^2`): the same
-/// bits there, with the overflow test and both clamps left out (three fewer operations a
-/// vector, and three fewer constants held in registers). An `x` under the range gives 0 by
+/// bits there, with both clamps and the overflow test left out (four fewer operations a
+/// vector, and two fewer constants held in registers). An `x` under the range gives 0 by
 /// the test whatever `exp_core` made of it.
 #[inline(always)]
 pub fn exp_nonpositive<const FMA: bool>(x: f32) -> f32 {

@@ -271,13 +271,14 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
     /// `simd::exp`, step for step: clamped into the range, `exp_core`, then the tests that
     /// give 0 below the range and infinity above it.
     fn exp(&mut self, x0: Value) -> Value {
-        let x = self.at_least(x0, -87.33);
-        let x = self.at_most(x, 88.72);
+        use crate::cpu::simd::{EXP_MAX, EXP_MIN};
+        let x = self.at_least(x0, EXP_MIN);
+        let x = self.at_most(x, EXP_MAX);
         let y = self.exp_core(x);
-        let under = self.lt(x0, -87.33);
+        let under = self.lt(x0, EXP_MIN);
         let zero = self.c(0.0);
         let y = self.select(under, zero, y);
-        let hi = self.c(88.72);
+        let hi = self.c(EXP_MAX);
         let over = self.b.ins().fcmp(FloatCC::GreaterThan, x0, hi);
         let inf = self.c(f32::INFINITY);
         self.select(over, inf, y)
@@ -287,7 +288,7 @@ impl<F: Fn(Helper) -> FuncRef> Emitter<'_, '_, F> {
     /// and the overflow test.
     fn exp_nonpositive(&mut self, x: Value) -> Value {
         let y = self.exp_core(x);
-        let under = self.lt(x, -87.33);
+        let under = self.lt(x, crate::cpu::simd::EXP_MIN);
         let zero = self.c(0.0);
         self.select(under, zero, y)
     }

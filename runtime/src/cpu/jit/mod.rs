@@ -297,9 +297,7 @@ fn call(f: KernelFn, args: &[(*const f32, bool)], dst: &mut [MaybeUninit<f32>]) 
         let mut out = [0.0f32; LANES];
         // SAFETY: `LANES` values behind every pointer, `LANES` to write.
         unsafe { f(pad_ptrs.as_ptr(), out.as_mut_ptr(), LANES) };
-        for (d, &v) in dst[main..].iter_mut().zip(&out) {
-            d.write(v);
-        }
+        dst[main..].write_copy_of_slice(&out[..tail]);
     }
 }
 

@@ -106,9 +106,11 @@ simd::multiversion! {
                     // A body that is one operand or constant: its values (filled above, or
                     // the operand's) copied out.
                     ExprNode::Arg(i) if k == last && !operands[i].scalar => {
-                        copy(&operands[i].data[start..start + n], t);
+                        t.write_copy_of_slice(&operands[i].data[start..start + n]);
                     }
-                    ExprNode::Arg(_) | ExprNode::Const { .. } if k == last => copy(&rest[0][..n], t),
+                    ExprNode::Arg(_) | ExprNode::Const { .. } if k == last => {
+                        t.write_copy_of_slice(&rest[0][..n]);
+                    }
                     ExprNode::Arg(_) | ExprNode::Const { .. } => {}
                     ExprNode::Unary(u, x) => unary_tile(u, src(x), t),
                     ExprNode::Binary(op, x, y) => binary_tile(op, src(x), src(y), t),
@@ -123,19 +125,13 @@ simd::multiversion! {
                             v.write(if a != 0.0 { 1.0 } else { 0.0 });
                         }
                     }
-                    ExprNode::Cast(_, x) => copy(src(x), t),
+                    ExprNode::Cast(_, x) => {
+                        t.write_copy_of_slice(src(x));
+                    }
                 }
             }
             start += n;
         }
-    }
-}
-
-/// `dst[j] = x[j]`.
-#[inline(always)]
-fn copy(x: &[f32], dst: &mut [MaybeUninit<f32>]) {
-    for (v, &a) in dst.iter_mut().zip(x) {
-        v.write(a);
     }
 }
 
